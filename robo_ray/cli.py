@@ -1,0 +1,228 @@
+"""`robo-ray` command line: run | discover | spec | validate | demo. Errors are one line on stderr with a stable
+code; a traceback only with --debug. Exit codes: 0 ok, 1 other, 2 usage, 3 validation/quarantine, 4 conflict."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from robo_ray.errors import RoboRayError, UsageError
+
+MODES = ("in-process", "safe", "parallel-half", "parallel-max")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        print(f"error[RR200]: {self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _common_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML job config (see configs/)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    p.add_argument("--mapping", help="mapping.yaml from a previous `spec` run (edited)")
+    p.add_argument("--format", dest="source_format", help="source format (default: detected)")
+    p.add_argument("--name", help="output dataset name (default: from the source folder)")
+    p.add_argument("--max-episodes", type=int, help="convert only the first N episodes")
+    p.add_argument("--image-format", choices=("jpeg", "png"), help="image encoding (default jpeg q95)")
+    p.add_argument("--overwrite", action="store_true", help="replace robo-ray outputs in DST")
+    p.add_argument("--mode", choices=MODES, default="in-process",
+                   help="in-process (no Ray), safe (1 Ray actor), parallel-half, parallel-max")
+    p.add_argument("--actors", type=int, help="explicit number of Ray actors")
+    p.add_argument("--address", help="Ray address: auto | ray://host:port | local (default: in-process ray.init)")
+    p.add_argument("--archive", action="store_true", help="also write <name>.tar.gz of the dataset")
+    p.add_argument("--dry-run", action="store_true", help="print what a conversion would do, write nothing")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="robo-ray", description="Convert robot-learning datasets to RLDS.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("run", help="discover -> spec -> convert -> validate -> publish")
+    p.add_argument("src")
+    p.add_argument("dst")
+    _common_run_args(p)
+    d = sub.add_parser("discover", help="inventory.json + episode_index.csv (and findings)")
+    d.add_argument("src")
+    d.add_argument("dst", nargs="?", help="where to write the files (default: print only)")
+    d.add_argument("--format", dest="source_format")
+    d.add_argument("--dry-run", action="store_true", help="print what a conversion would do")
+    v = sub.add_parser("validate", help="re-validate a finished output folder")
+    v.add_argument("dst")
+    v.add_argument("--no-tfds", action="store_true", help="skip the tfds read-back")
+    demo = sub.add_parser("demo", help="convert the bundled example and show how to load it")
+    demo.add_argument("dst", nargs="?", default="demo_output")
+    return parser
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from robo_ray.config import load_config
+
+    fields: dict[str, Any] = {"source.url": args.src, "target.url": args.dst}
+    if args.source_format:
+        fields["source.format"] = args.source_format
+    if args.name:
+        fields["target.name"] = args.name
+    if args.max_episodes:
+        fields["max_episodes"] = args.max_episodes
+    if args.image_format:
+        fields["images.encoding"] = args.image_format
+    if args.mapping:
+        fields["mapping_file"] = args.mapping
+    cfg = load_config(args.config, args.set)
+    data = cfg.model_dump(by_alias=True)
+    for dotted, value in fields.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return type(cfg).model_validate(data)
+
+
+def _executor(args: argparse.Namespace):
+    if args.mode == "in-process" and not args.actors and not args.address:
+        return None
+    from robo_ray.ray_exec.executor import RayExecutor  # only here: the core never imports Ray
+
+    return RayExecutor(mode=args.mode if args.mode != "in-process" else "safe", actors=args.actors,
+                       address=args.address)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from robo_ray.stages.pipeline import run_pipeline
+
+    cfg = _config(args)
+    if args.dry_run:
+        return cmd_dry_run(cfg)
+    progress = _progress_printer()
+    outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=progress,
+                           archive=args.archive)
+    print(outcome.message)
+    return outcome.exit_code
+
+
+def cmd_dry_run(cfg: Any) -> int:
+    from robo_ray.readers import open_reader
+    from robo_ray.stages.discover import summarize
+    from robo_ray.stages.plan import estimate_episode_bytes, plan_units
+
+    reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options)
+    inv = reader.discover()
+    units = plan_units(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
+    est = sum(estimate_episode_bytes(r, inv.features) for r in inv.refs)
+    print(summarize(inv))
+    print(f"would write {len(units)} shards, about {est / 1e6:.1f} MB, to {cfg.target.url or '(no destination)'}")
+    return 0
+
+
+def cmd_discover(args: argparse.Namespace) -> int:
+    from robo_ray.readers import open_reader
+    from robo_ray.stages.discover import summarize, write_discover_outputs
+    from robo_ray.storage import url_to_fs
+
+    reader = open_reader(args.src, args.source_format)
+    inv = reader.discover()
+    print(summarize(inv))
+    if args.dst and not args.dry_run:
+        fs, root = url_to_fs(args.dst)
+        fs.makedirs(root, exist_ok=True)
+        write_discover_outputs(fs, root, inv)
+        print(f"wrote {args.dst}/inventory.json and episode_index.csv")
+    errors = [f for f in inv.findings if f.level == "error"]
+    return 3 if errors else 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from robo_ray.readers import open_reader
+    from robo_ray.stages.spec import load_mapping
+    from robo_ray.stages.validate import Validator, write_validation_outputs
+    from robo_ray.storage import join, url_to_fs
+
+    fs, root = url_to_fs(args.dst)
+    for name in ("mapping.yaml", "inventory.json", "ledger.json"):
+        if not fs.exists(join(root, name)):
+            raise UsageError(f"{args.dst} is not a robo-ray output folder ({name} missing)")
+    mapping = load_mapping(fs.cat_file(join(root, "mapping.yaml")).decode(), "mapping.yaml")
+    inv_json = json.loads(fs.cat_file(join(root, "inventory.json")))
+    ledger = json.loads(fs.cat_file(join(root, "ledger.json")))
+    job = json.loads(fs.cat_file(join(root, "job.json"))) if fs.exists(join(root, "job.json")) else {}
+    reader = open_reader(inv_json["dataset_root"], job.get("source", {}).get("format"))
+    inv = reader.discover()
+    max_eps = job.get("max_episodes")
+    if max_eps:
+        inv.refs = inv.refs[:max_eps]
+    res = Validator(fs, root, mapping, inv, reader, ledger, tfds_readback=not args.no_tfds).run()
+    write_validation_outputs(fs, root, res, mapping.dataset_name, 0.0)
+    for c in res.checks:
+        if not c.passed:
+            print(f"validation failed: {c.name}: {c.detail}", file=sys.stderr)
+    print(f"validation {'passed' if res.passed else 'FAILED'}: {res.episodes_written} episodes, "
+          f"{res.steps_written} steps")
+    return 0 if res.passed else 3
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from robo_ray.config import load_config
+    from robo_ray.stages.pipeline import run_pipeline
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "lerobot_v30_pusher"
+    if not example.exists():
+        raise UsageError(f"bundled example not found at {example}")
+    cfg = load_config(None, None, **{"source.url": str(example), "target.url": args.dst})
+    outcome = run_pipeline(cfg, overwrite=True, progress=_progress_printer())
+    rel = Path(outcome.dataset_dir)
+    print(outcome.message)
+    print(f"\nreports: {args.dst}/final_report.md, {args.dst}/validation_report.md")
+    print("load it:\n  import tensorflow_datasets as tfds\n"
+          f"  ds = tfds.builder_from_directory('{rel}').as_dataset(split='train')")
+    return outcome.exit_code
+
+
+def _progress_printer():
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bar: dict[str, Any] = {}
+
+    def update(done: int, total: int) -> None:
+        if "bar" not in bar:
+            bar["bar"] = tqdm(total=total, unit="ep", desc="convert", file=sys.stderr)
+        bar["bar"].n = done
+        bar["bar"].refresh()
+        if done >= total:
+            bar["bar"].close()
+
+    return update
+
+
+COMMANDS = {"run": cmd_run, "discover": cmd_discover, "validate": cmd_validate, "demo": cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except RoboRayError as exc:
+        if args.debug:
+            raise
+        print(exc.line(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error[RR100]: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # last resort: still one line unless --debug
+        if args.debug:
+            raise
+        print(f"error[RR001]: unexpected {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

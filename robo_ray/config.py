@@ -1,0 +1,100 @@
+"""JobConfig: YAML (configs/*.yaml) + `--set a.b=c` overrides + CLI flags, validated by pydantic."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from robo_ray.errors import ConfigError
+from robo_ray.mapping import ImageOptions
+
+
+class SourceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = ""
+    format: str | None = None
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+
+
+class TargetConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = ""
+    format: Literal["rlds"] = "rlds"
+    name: str | None = None  # dataset name (default: from the source folder)
+    version: str = "1.0.0"
+    storage_options: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlanConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    target_shard_mb: float = Field(256.0, gt=0)
+    min_shards: int = Field(4, ge=1)
+
+
+class ConvertConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    video_tolerance_s: float = Field(1e-4, gt=0, le=1.0)
+    nan_policy: Literal["quarantine", "fail", "allow"] = "quarantine"
+    decoder_threads: int = Field(1, ge=0, le=64)
+    max_quarantine_fraction: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class ValidateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sample_episodes: int = Field(50, ge=0)
+    min_psnr_db: float = 30.0
+    tfds_readback: bool = True
+
+
+class JobConfig(BaseModel):
+    """Everything a run needs; serialised into the output so a resume can check it is the same job."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: SourceConfig = Field(default_factory=SourceConfig)
+    target: TargetConfig = Field(default_factory=TargetConfig)
+    images: ImageOptions = Field(default_factory=ImageOptions)
+    plan: PlanConfig = Field(default_factory=PlanConfig)
+    convert: ConvertConfig = Field(default_factory=ConvertConfig)
+    validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
+    mapping_file: str | None = None
+    max_episodes: int | None = Field(None, ge=1)
+
+
+def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+        if not isinstance(d, dict):
+            raise ConfigError(f"--set {dotted}: {p} is not a section")
+    d[parts[-1]] = value
+
+
+def load_config(path: str | None = None, overrides: list[str] | None = None, **fields: Any) -> JobConfig:
+    """Merge a YAML file, `key.path=value` overrides (values parsed as YAML) and explicit fields."""
+    data: dict[str, Any] = {}
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping")
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key.path=value, got {item!r}")
+        _set_path(data, key.strip(), yaml.safe_load(raw))
+    for dotted, value in fields.items():
+        if value is not None:
+            _set_path(data, dotted.replace("__", "."), value)
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(f"invalid config at {loc}: {first['msg']}") from exc

@@ -1,0 +1,92 @@
+"""Canonical episode model shared by every reader and writer (no I/O here).
+
+A reader turns a source dataset into `EpisodeRef`s (small, picklable, planned on the driver) and loads each ref
+into an `Episode` (per-step columns as numpy, images as encoded bytes or a `VideoRef`). Video is never decoded by
+a reader: the convert stage streams it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+FeatureKind = Literal["tensor", "image", "video", "string"]
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One source feature: what it is and its per-step shape (images always HWC here)."""
+
+    key: str
+    kind: FeatureKind
+    dtype: str
+    shape: tuple[int, ...]
+    names: Any = None
+    declared_shape: tuple[int, ...] | None = None  # as written in the source (may be CHW)
+    codec: str | None = None
+
+
+@dataclass(frozen=True)
+class VideoRef:
+    """Where an episode's frames of one camera live: a file and a time window inside it."""
+
+    path: str  # relative to the dataset root
+    from_timestamp: float = 0.0
+    to_timestamp: float | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeRef:
+    """A planned episode: enough to load it, small enough to ship to a worker."""
+
+    episode_index: int
+    length: int
+    data_path: str  # relative to the dataset root
+    videos: tuple[tuple[str, VideoRef], ...] = ()
+    tasks: tuple[str, ...] = ()
+    global_from: int | None = None  # v3.0: dataset_from_index
+    global_to: int | None = None
+
+    @property
+    def video_map(self) -> dict[str, VideoRef]:
+        return dict(self.videos)
+
+    def source_files(self) -> tuple[str, ...]:
+        """Files this episode reads, data first then videos (used to group episodes into units)."""
+        return (self.data_path, *(v.path for _, v in self.videos))
+
+
+@dataclass
+class Episode:
+    """A loaded episode: per-step arrays keyed by source feature key, images encoded, videos referenced."""
+
+    ref: EpisodeRef
+    length: int
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    images: dict[str, list[bytes]] = field(default_factory=dict)
+    videos: dict[str, VideoRef] = field(default_factory=dict)
+    timestamps: np.ndarray | None = None  # per-step, episode-relative seconds
+    step_tasks: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def episode_index(self) -> int:
+        return self.ref.episode_index
+
+
+@dataclass
+class QuarantineRecord:
+    """An episode left out of the output, and why."""
+
+    episode_index: int
+    code: str
+    reason: str
+    file: str | None = None
+
+    def line(self) -> str:
+        where = f" file={self.file}" if self.file else ""
+        return f"quarantined[{self.code}] episode={self.episode_index}{where}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"episode_index": self.episode_index, "code": self.code, "reason": self.reason, "file": self.file}

@@ -1,0 +1,110 @@
+"""Error tree with stable codes and the exit code each maps to.
+
+Exit codes (DESIGN §9): 0 ok; 1 other; 2 usage/config; 3 validation failed or quarantine over threshold;
+4 conflict with an existing output.
+"""
+from __future__ import annotations
+
+
+class RoboRayError(Exception):
+    """Base error: `code` is stable (documented, grep-able), `exit_code` is what the CLI returns."""
+
+    code: str = "RR000"
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    def line(self) -> str:
+        """One line for stderr."""
+        return f"error[{self.code}]: {self}"
+
+
+class UsageError(RoboRayError):
+    """Bad CLI input or configuration (exit 2)."""
+
+    code = "RR200"
+    exit_code = 2
+
+
+class SourceNotFound(UsageError):
+    code = "RR201"
+
+
+class UnknownFormat(UsageError):
+    code = "RR202"
+
+
+class DestinationNotEmpty(UsageError):
+    code = "RR203"
+
+
+class ConfigError(UsageError):
+    code = "RR204"
+
+
+class SourceFormatError(RoboRayError):
+    """The dataset's metadata is unreadable or inconsistent beyond repair (exit 2)."""
+
+    code = "RR300"
+    exit_code = 2
+
+
+class UnsafeInput(SourceFormatError):
+    """Untrusted metadata tried to escape the dataset root, or exceeds a size/shape limit."""
+
+    code = "RR301"
+
+
+class ValidationFailed(RoboRayError):
+    """Validate found a problem, or quarantine exceeded the threshold (exit 3)."""
+
+    code = "RR500"
+    exit_code = 3
+
+
+class OutputConflict(RoboRayError):
+    """Another run owns or already published the destination (exit 4)."""
+
+    code = "RR400"
+    exit_code = 4
+
+
+class EpisodeError(RoboRayError):
+    """One episode cannot be converted; it is quarantined, the run goes on."""
+
+    code = "EP000"
+
+
+class VideoMissing(EpisodeError):
+    code = "EP101"
+
+
+class VideoDecodeError(EpisodeError):
+    code = "EP102"
+
+
+class FrameCountMismatch(EpisodeError):
+    code = "EP103"
+
+
+class TimestampMismatch(EpisodeError):
+    code = "EP104"
+
+
+class DataMissing(EpisodeError):
+    code = "EP201"
+
+
+class DataCorrupt(EpisodeError):
+    code = "EP202"
+
+
+class NonFiniteValue(EpisodeError):
+    code = "EP203"
+
+
+class ImageDecodeError(EpisodeError):
+    code = "EP204"

@@ -1,0 +1,76 @@
+"""Image encoding for the output: JPEG (libjpeg-turbo via simplejpeg) or PNG, with an optional resize."""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import av
+import numpy as np
+import simplejpeg
+from PIL import Image
+
+from robo_ray.errors import ImageDecodeError
+
+
+@dataclass(frozen=True)
+class ImageEncoder:
+    """Encodes HxWxC uint8 frames; `resize` is (height, width) or None."""
+
+    fmt: str = "jpeg"
+    quality: int = 95
+    resize: tuple[int, int] | None = None
+    png_compress_level: int = 3
+
+    def out_shape(self, h: int, w: int, c: int) -> tuple[int, int, int]:
+        return (*self.resize, c) if self.resize else (h, w, c)
+
+    def encode_array(self, arr: np.ndarray) -> bytes:
+        if arr.ndim == 2:
+            arr = arr[:, :, None]
+        if self.resize and arr.shape[:2] != tuple(self.resize):
+            img = Image.fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr)
+            img = img.resize((self.resize[1], self.resize[0]), Image.Resampling.BILINEAR)
+            arr = np.asarray(img)
+            if arr.ndim == 2:
+                arr = arr[:, :, None]
+        arr = np.ascontiguousarray(arr)
+        if self.fmt == "jpeg":
+            if arr.shape[2] == 1:
+                return simplejpeg.encode_jpeg(arr, quality=self.quality, colorspace="GRAY", colorsubsampling="Gray")
+            return simplejpeg.encode_jpeg(arr, quality=self.quality, colorspace="RGB", colorsubsampling="420")
+        buf = io.BytesIO()
+        Image.fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr).save(
+            buf, format="PNG", compress_level=self.png_compress_level)
+        return buf.getvalue()
+
+    def encode_frame(self, frame: av.VideoFrame, channels: int = 3) -> bytes:
+        """A decoded video frame -> encoded bytes (one RGB conversion, resized by swscale when asked)."""
+        if self.resize:
+            h, w = self.resize
+            frame = frame.reformat(width=w, height=h, interpolation="AREA")
+        fmt = "gray" if channels == 1 else "rgb24"
+        return self.encode_array(frame.to_ndarray(format=fmt))
+
+    def transcode(self, data: bytes, channels: int = 3) -> bytes:
+        """Encoded PNG/JPEG from the source -> our encoding (passed through when nothing would change)."""
+        if not self.resize and _sniff(data) == self.fmt:
+            return data
+        return self.encode_array(decode_image(data, channels))
+
+
+def _sniff(data: bytes) -> str | None:
+    if data[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    return None
+
+
+def decode_image(data: bytes, channels: int = 3) -> np.ndarray:
+    """PNG/JPEG bytes -> HxWxC uint8."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            arr = np.asarray(im.convert("L" if channels == 1 else "RGB"))
+    except Exception as exc:  # PIL raises many types for bad data
+        raise ImageDecodeError(f"cannot decode embedded image: {exc}") from exc
+    return arr[:, :, None] if arr.ndim == 2 else arr

@@ -1,0 +1,53 @@
+"""Reader plug-in interface and the inventory it produces (Discover's result)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
+
+
+@dataclass
+class Finding:
+    """A Discover check result: `level` is "error" or "warning"; `expected`/`actual` name the disagreeing numbers."""
+
+    level: str
+    code: str
+    message: str
+    expected: Any = None
+    actual: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "code": self.code, "message": self.message,
+                "expected": self.expected, "actual": self.actual}
+
+
+@dataclass
+class Inventory:
+    """What a source holds, before any conversion."""
+
+    dataset_name: str
+    dataset_root: str
+    source_format: str
+    source_version: str
+    episodes_count: int
+    total_steps: int
+    features: dict[str, FeatureSpec]
+    refs: list[EpisodeRef]
+    fps: float
+    robot_type: str | None = None
+    tasks: list[str] = field(default_factory=list)
+    declared: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+
+class Reader(Protocol):
+    """A source format: discover the episodes, then load one planned episode at a time."""
+
+    format_name: str
+
+    def discover(self) -> Inventory: ...
+
+    def load_episode(self, ref: EpisodeRef) -> Episode: ...
+
+    def open_binary(self, relpath: str): ...

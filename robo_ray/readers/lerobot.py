@@ -1,0 +1,387 @@
+"""LeRobot v2.0 / v2.1 / v3.0 reader (as lerobot 0.3.x and 0.4.x write them; FORMATS.md part 2).
+
+Discover reads metadata only (info.json, episodes index, tasks); `load_episode` reads one episode's parquet rows.
+Video stays referenced (`VideoRef`): the convert stage decodes it.
+"""
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+from collections import OrderedDict
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, VideoRef
+from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnknownFormat, UnsafeInput
+from robo_ray.readers.base import Finding, Inventory
+from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_shape,
+                             render_path_template)
+from robo_ray.storage import join, url_to_fs
+
+BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+SUPPORTED_VERSIONS = ("v2.0", "v2.1", "v3.0")
+_CHANNEL_NAMES = ("channel", "channels", "c")
+
+
+def _parse_version(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw.startswith("v"):
+        raise UnknownFormat(f"meta/info.json: codebase_version {raw!r} is not a LeRobot version")
+    major_minor = ".".join(raw.lstrip("v").split(".")[:2])
+    version = f"v{major_minor}"
+    if version not in SUPPORTED_VERSIONS:
+        raise UnknownFormat(f"meta/info.json: LeRobot codebase_version {raw!r} is not supported "
+                            f"(supported: {', '.join(SUPPORTED_VERSIONS)})")
+    return version
+
+
+def _image_hwc(key: str, feat: dict[str, Any]) -> tuple[tuple[int, int, int], tuple[int, ...]]:
+    """Return (HWC shape, declared shape) for an image/video feature, accepting CHW and legacy layouts."""
+    declared = check_shape(key, feat.get("shape"))
+    info = feat.get("info") or feat.get("video_info") or {}
+    names = feat.get("names")
+    if isinstance(names, dict):  # legacy {"axes": [...]}
+        names = next(iter(names.values()), None)
+    h = info.get("video.height") if isinstance(info, dict) else None
+    w = info.get("video.width") if isinstance(info, dict) else None
+    if len(declared) == 2:
+        hwc = (declared[0], declared[1], 1)
+    elif len(declared) != 3:
+        raise SourceFormatError(f"meta/info.json: image feature {key!r} has shape {list(declared)}, expected 3 dims")
+    elif isinstance(names, list) and names and str(names[0]).lower() in _CHANNEL_NAMES:
+        hwc = (declared[1], declared[2], declared[0])
+    elif isinstance(names, list) and len(names) == 3 and str(names[2]).lower() in _CHANNEL_NAMES:
+        hwc = declared  # type: ignore[assignment]
+    elif declared[0] in (1, 3, 4) and declared[2] not in (1, 3, 4):
+        hwc = (declared[1], declared[2], declared[0])
+    else:
+        hwc = declared  # type: ignore[assignment]
+    if isinstance(h, int) and isinstance(w, int) and (h, w) != hwc[:2]:
+        raise SourceFormatError(f"meta/info.json: feature {key!r} shape {list(declared)} disagrees with "
+                                f"video.height/width {h}x{w}")
+    return (int(hwc[0]), int(hwc[1]), int(hwc[2])), declared
+
+
+def parse_features(raw: Any) -> dict[str, FeatureSpec]:
+    """Turn info.json `features` into FeatureSpecs (images HWC), refusing malformed entries."""
+    if not isinstance(raw, dict) or not raw:
+        raise SourceFormatError("meta/info.json: `features` is missing or empty")
+    out: dict[str, FeatureSpec] = {}
+    for key, feat in raw.items():
+        if not isinstance(feat, dict) or "dtype" not in feat:
+            raise SourceFormatError(f"meta/info.json: feature {key!r} has no dtype")
+        dtype = feat["dtype"]
+        if dtype in ("video", "image"):
+            hwc, declared = _image_hwc(key, feat)
+            info = feat.get("info") or feat.get("video_info") or {}
+            codec = info.get("video.codec") if isinstance(info, dict) else None
+            out[key] = FeatureSpec(key, dtype, "uint8", hwc, feat.get("names"), declared, codec)
+        elif dtype == "string":
+            out[key] = FeatureSpec(key, "string", "string", (), feat.get("names"))
+        else:
+            try:
+                np.dtype(dtype)
+            except TypeError as exc:
+                raise SourceFormatError(f"meta/info.json: feature {key!r} has unknown dtype {dtype!r}") from exc
+            shape = check_shape(key, feat.get("shape", [1]))
+            out[key] = FeatureSpec(key, "tensor", str(np.dtype(dtype)), shape, feat.get("names"), shape)
+    return out
+
+
+class LeRobotReader:
+    """Reads a LeRobot dataset from any fsspec URL."""
+
+    format_name = "lerobot"
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.fs, self.root = url_to_fs(url, storage_options)
+        if not self.fs.exists(self.root):
+            raise SourceNotFound(f"source not found: {url}")
+        self.info = self._read_json("meta/info.json")
+        if not isinstance(self.info, dict):
+            raise SourceFormatError("meta/info.json is not a JSON object")
+        self.version = _parse_version(self.info.get("codebase_version"))
+        self.features = parse_features(self.info.get("features"))
+        fps = self.info.get("fps")
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (0 < fps <= 10_000):
+            raise SourceFormatError(f"meta/info.json: fps {fps!r} is not a positive number")
+        self.fps = float(fps)
+        self._table_cache: OrderedDict[str, pa.Table] = OrderedDict()
+        self._tasks: list[str] | None = None
+
+    # ---- small I/O helpers -------------------------------------------------------------------------------------
+    def path(self, rel: str) -> str:
+        return join(self.root, rel)
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.path(rel))
+
+    def open_binary(self, rel: str):
+        return self.fs.open(self.path(rel), "rb")
+
+    def _read_bytes(self, rel: str, limit: int = MAX_JSON_BYTES) -> bytes:
+        p = self.path(rel)
+        if not self.fs.exists(p):
+            raise SourceFormatError(f"{rel}: file is missing")
+        size = self.fs.size(p)
+        if size is not None and size > limit:
+            raise UnsafeInput(f"{rel}: {size} bytes exceeds the {limit}-byte metadata limit")
+        with self.fs.open(p, "rb") as f:
+            return f.read(limit + 1)
+
+    def _read_json(self, rel: str) -> Any:
+        try:
+            return json.loads(self._read_bytes(rel))
+        except json.JSONDecodeError as exc:
+            raise SourceFormatError(f"{rel}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+
+    def _read_jsonl(self, rel: str) -> Iterator[tuple[int, dict[str, Any]]]:
+        for lineno, line in enumerate(self._read_bytes(rel).decode("utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SourceFormatError(f"{rel}:{lineno}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(obj, dict):
+                raise SourceFormatError(f"{rel}:{lineno}: expected a JSON object")
+            yield lineno, obj
+
+    # ---- metadata ----------------------------------------------------------------------------------------------
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.kind == "video"]
+
+    def tasks(self) -> list[str]:
+        """Task strings indexed by task_index."""
+        if self._tasks is None:
+            self._tasks = self._read_tasks_v3() if self.version == "v3.0" else self._read_tasks_v2()
+        return self._tasks
+
+    def _read_tasks_v2(self) -> list[str]:
+        if not self.exists("meta/tasks.jsonl"):
+            return []
+        by_index: dict[int, str] = {}
+        for lineno, obj in self._read_jsonl("meta/tasks.jsonl"):
+            idx, task = obj.get("task_index"), obj.get("task")
+            if not isinstance(idx, int) or not isinstance(task, str):
+                raise SourceFormatError(f"meta/tasks.jsonl:{lineno}: needs integer task_index and string task")
+            by_index[idx] = task
+        return [by_index.get(i, "") for i in range(max(by_index, default=-1) + 1)]
+
+    def _read_tasks_v3(self) -> list[str]:
+        if not self.exists("meta/tasks.parquet"):
+            return []
+        table = self._read_parquet("meta/tasks.parquet")
+        names = table.column_names
+        text_col = next((c for c in ("task", "__index_level_0__") if c in names), None)
+        if "task_index" not in names or text_col is None:
+            raise SourceFormatError(f"meta/tasks.parquet: expected task_index and task columns, found {names}")
+        by_index = dict(zip(table["task_index"].to_pylist(), table[text_col].to_pylist()))
+        return [str(by_index.get(i, "")) for i in range(max(by_index, default=-1) + 1)]
+
+    def _read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        p = self.path(rel)
+        if not self.fs.exists(p):
+            raise DataMissing(f"{rel}: parquet file is missing")
+        try:
+            with self.fs.open(p, "rb") as f:
+                return pq.read_table(f, columns=columns)
+        except (pa.ArrowException, OSError) as exc:
+            raise DataCorrupt(f"{rel}: unreadable parquet ({exc})") from exc
+
+    def _render(self, template_key: str, **fields: Any) -> str:
+        template = self.info.get(template_key)
+        if not isinstance(template, str):
+            raise SourceFormatError(f"meta/info.json: {template_key} is missing")
+        return render_path_template(template, fields)
+
+    # ---- discover ----------------------------------------------------------------------------------------------
+    def episode_refs(self) -> list[EpisodeRef]:
+        refs = self._refs_v3() if self.version == "v3.0" else self._refs_v2()
+        check_count("number of episodes", len(refs), MAX_EPISODES)
+        return refs
+
+    def _refs_v2(self) -> list[EpisodeRef]:
+        chunks_size = check_count("chunks_size", self.info.get("chunks_size", 1000) or 1000, 1 << 30) or 1000
+        refs: list[EpisodeRef] = []
+        seen: set[int] = set()
+        for lineno, obj in self._read_jsonl("meta/episodes.jsonl"):
+            idx, length = obj.get("episode_index"), obj.get("length")
+            if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+                raise SourceFormatError(f"meta/episodes.jsonl:{lineno}: episode_index {idx!r} is not an integer")
+            check_count(f"meta/episodes.jsonl:{lineno}: length", length, MAX_EPISODE_LENGTH)
+            if idx in seen:
+                raise SourceFormatError(f"meta/episodes.jsonl:{lineno}: duplicate episode_index {idx}")
+            seen.add(idx)
+            chunk = idx // chunks_size
+            data_path = self._render("data_path", episode_chunk=chunk, episode_index=idx, chunk_index=chunk)
+            videos = tuple(
+                (key, VideoRef(self._render("video_path", episode_chunk=chunk, episode_index=idx, video_key=key,
+                                            chunk_index=chunk)))
+                for key in self.video_keys)
+            tasks = obj.get("tasks") or []
+            tasks = tuple(str(t) for t in (tasks if isinstance(tasks, list) else [tasks]))
+            refs.append(EpisodeRef(idx, length, data_path, videos, tasks))
+        refs.sort(key=lambda r: r.episode_index)
+        return refs
+
+    def _refs_v3(self) -> list[EpisodeRef]:
+        files = sorted(p for p in self.fs.glob(self.path("meta/episodes/*/*.parquet")))
+        if not files:
+            raise SourceFormatError("meta/episodes/: no episode metadata parquet files")
+        tables = [self._read_parquet(posixpath.relpath(p, self.root)) for p in files]
+        refs: list[EpisodeRef] = []
+        seen: set[int] = set()
+        for rel, table in zip(files, tables):
+            cols = [c for c in table.column_names if not c.startswith("stats/")]
+            for row in table.select(cols).to_pylist():
+                refs.append(self._ref_v3_row(posixpath.relpath(rel, self.root), row, seen))
+        refs.sort(key=lambda r: r.episode_index)
+        return refs
+
+    def _ref_v3_row(self, rel: str, row: dict[str, Any], seen: set[int]) -> EpisodeRef:
+        idx = row.get("episode_index")
+        if not isinstance(idx, int) or idx < 0:
+            raise SourceFormatError(f"{rel}: episode_index {idx!r} is not an integer")
+        if idx in seen:
+            raise SourceFormatError(f"{rel}: duplicate episode_index {idx}")
+        seen.add(idx)
+        length = check_count(f"{rel}: episode {idx} length", row.get("length"), MAX_EPISODE_LENGTH)
+        chunk, fileno = row.get("data/chunk_index"), row.get("data/file_index")
+        if not isinstance(chunk, int) or not isinstance(fileno, int):
+            raise SourceFormatError(f"{rel}: episode {idx} has no data/chunk_index or data/file_index")
+        data_path = self._render("data_path", chunk_index=chunk, file_index=fileno)
+        videos = []
+        for key in self.video_keys:
+            vc, vf = row.get(f"videos/{key}/chunk_index"), row.get(f"videos/{key}/file_index")
+            t0, t1 = row.get(f"videos/{key}/from_timestamp"), row.get(f"videos/{key}/to_timestamp")
+            if not isinstance(vc, int) or not isinstance(vf, int):
+                raise SourceFormatError(f"{rel}: episode {idx} has no videos/{key}/chunk_index")
+            path = self._render("video_path", video_key=key, chunk_index=vc, file_index=vf)
+            videos.append((key, VideoRef(path, float(t0 or 0.0), None if t1 is None else float(t1))))
+        tasks = row.get("tasks") or []
+        tasks = tuple(str(t) for t in (tasks if isinstance(tasks, list) else [tasks]))
+        return EpisodeRef(idx, length, data_path, tuple(videos), tasks,
+                          row.get("dataset_from_index"), row.get("dataset_to_index"))
+
+    def discover(self) -> Inventory:
+        """Build the inventory; consistency problems become findings (the caller decides what is fatal)."""
+        from robo_ray.readers.lerobot_checks import check_inventory  # local import: checks depend on this module
+
+        refs = self.episode_refs()
+        name = posixpath.basename(self.root.rstrip("/")) or "dataset"
+        inv = Inventory(
+            dataset_name=name, dataset_root=self.url, source_format="lerobot", source_version=self.version,
+            episodes_count=len(refs), total_steps=sum(r.length for r in refs), features=self.features, refs=refs,
+            fps=self.fps, robot_type=self.info.get("robot_type"), tasks=self.tasks(),
+            declared={k: self.info.get(k) for k in ("total_episodes", "total_frames", "total_tasks", "total_videos",
+                                                    "total_chunks", "chunks_size", "splits")})
+        inv.findings = check_inventory(self, inv)
+        return inv
+
+    # ---- load one episode --------------------------------------------------------------------------------------
+    def _episode_table(self, ref: EpisodeRef) -> pa.Table:
+        """The episode's rows. v3.0 files hold many episodes: cache the last file read (units are file-ordered)."""
+        table = self._table_cache.get(ref.data_path)
+        if table is None:
+            table = self._read_parquet(ref.data_path)
+            self._table_cache[ref.data_path] = table
+            while len(self._table_cache) > 1:
+                self._table_cache.popitem(last=False)
+        if self.version != "v3.0" and "episode_index" not in table.column_names:
+            return table
+        if "episode_index" not in table.column_names:
+            raise DataCorrupt(f"{ref.data_path}: no episode_index column")
+        col = table["episode_index"].to_numpy()
+        rows = np.flatnonzero(col == ref.episode_index)
+        if self.version != "v3.0" and len(rows) == table.num_rows:
+            return table
+        if len(rows) and (rows[-1] - rows[0] + 1) == len(rows):
+            return table.slice(int(rows[0]), len(rows))
+        return table.take(pa.array(rows))
+
+    def load_episode(self, ref: EpisodeRef) -> Episode:
+        table = self._episode_table(ref)
+        if table.num_rows != ref.length:
+            raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} has {table.num_rows} rows, "
+                              f"the episode index says {ref.length}")
+        ep = Episode(ref=ref, length=table.num_rows, videos=ref.video_map)
+        for key, spec in self.features.items():
+            if spec.kind == "video":
+                continue
+            if key not in table.column_names:
+                if key in BOOKKEEPING:
+                    continue
+                raise DataCorrupt(f"{ref.data_path}: column {key!r} declared in info.json is missing")
+            column = table[key]
+            if spec.kind == "image":
+                ep.images[key] = _image_bytes(column, ref, key)
+            elif spec.kind == "string":
+                ep.columns[key] = np.asarray(column.to_pylist(), dtype=object)
+            else:
+                ep.columns[key] = column_to_numpy(column, spec, ref)
+        if "timestamp" in table.column_names:
+            ep.timestamps = table["timestamp"].to_numpy().astype(np.float64).reshape(-1)
+        else:
+            ep.timestamps = np.arange(ep.length, dtype=np.float64) / self.fps
+        ep.step_tasks = self._step_tasks(table, ref)
+        ep.metadata = {"episode_id": ref.episode_index, "file_path": ref.data_path}
+        return ep
+
+    def _step_tasks(self, table: pa.Table, ref: EpisodeRef) -> list[str]:
+        tasks = self.tasks()
+        default = ref.tasks[0] if ref.tasks else ""
+        if "task_index" not in table.column_names or not tasks:
+            return [default] * table.num_rows
+        out = []
+        for ti in table["task_index"].to_numpy().reshape(-1):
+            ti = int(ti)
+            out.append(tasks[ti] if 0 <= ti < len(tasks) else default)
+        return out
+
+
+def column_to_numpy(column: pa.ChunkedArray, spec: FeatureSpec, ref: EpisodeRef) -> np.ndarray:
+    """A parquet column -> (T, *shape) numpy array of the declared dtype; list lengths must match the shape."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(arr)
+    per_step = int(np.prod(spec.shape)) if spec.shape else 1
+    while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
+        if arr.null_count:
+            raise DataCorrupt(f"{ref.data_path}: column {spec.key!r} has null rows")
+        arr = arr.flatten()
+    if arr.null_count:
+        raise DataCorrupt(f"{ref.data_path}: column {spec.key!r} has null values")
+    values = arr.to_numpy(zero_copy_only=False)
+    if values.size != n * per_step:
+        raise DataCorrupt(f"{ref.data_path}: column {spec.key!r} holds {values.size} values for {n} rows, "
+                          f"declared shape {list(spec.shape)} needs {n * per_step}")
+    try:
+        values = values.astype(spec.dtype, copy=False)
+    except (TypeError, ValueError) as exc:
+        raise DataCorrupt(f"{ref.data_path}: column {spec.key!r} is not {spec.dtype}") from exc
+    shape = spec.shape if not (len(spec.shape) == 1 and spec.shape[0] == 1) else ()
+    return values.reshape((n, *shape))
+
+
+def _image_bytes(column: pa.ChunkedArray, ref: EpisodeRef, key: str) -> list[bytes]:
+    """Image features are struct<bytes, path> with PNG/JPEG bytes embedded in the parquet."""
+    out: list[bytes] = []
+    for i, item in enumerate(column.to_pylist()):
+        data = item.get("bytes") if isinstance(item, dict) else item
+        if not isinstance(data, (bytes, bytearray)) or not data:
+            raise DataCorrupt(f"{ref.data_path}: image {key!r} row {i} has no embedded bytes")
+        out.append(bytes(data))
+    return out
+
+
+def decode_image_bytes(data: bytes) -> np.ndarray:
+    """PNG/JPEG bytes -> HxWxC uint8 (used by convert when re-encoding, and by validation)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im.convert("RGB") if im.mode not in ("RGB", "L") else im)

@@ -1,0 +1,72 @@
+"""Discover-stage consistency checks for LeRobot sources, reported as findings (never raised)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from robo_ray.readers.base import Finding, Inventory
+
+if TYPE_CHECKING:
+    from robo_ray.readers.lerobot import LeRobotReader
+
+MAX_LISTED = 20
+
+
+def check_inventory(reader: "LeRobotReader", inv: Inventory) -> list[Finding]:
+    """The spec's checks: counts vs info.json, monotonic contiguous indices, referenced files exist."""
+    findings: list[Finding] = []
+    declared_eps = inv.declared.get("total_episodes")
+    if isinstance(declared_eps, int) and declared_eps != inv.episodes_count:
+        findings.append(Finding("error", "D101", f"info.json total_episodes={declared_eps} but the episode index "
+                                f"lists {inv.episodes_count} episodes", declared_eps, inv.episodes_count))
+    declared_frames = inv.declared.get("total_frames")
+    if isinstance(declared_frames, int) and declared_frames != inv.total_steps:
+        findings.append(Finding("error", "D102", f"info.json total_frames={declared_frames} but the episode "
+                                f"lengths sum to {inv.total_steps}", declared_frames, inv.total_steps))
+    indices = [r.episode_index for r in inv.refs]
+    if indices != list(range(len(indices))):
+        findings.append(Finding("warning", "D103", "episode indices are not contiguous 0..N-1",
+                                f"0..{len(indices) - 1}", _short(indices)))
+    findings += _check_global_ranges(inv)
+    findings += _check_files(reader, inv)
+    return findings
+
+
+def _check_global_ranges(inv: Inventory) -> list[Finding]:
+    out: list[Finding] = []
+    prev_end = None
+    for r in inv.refs:
+        if r.global_from is None or r.global_to is None:
+            continue
+        if r.global_to - r.global_from != r.length:
+            out.append(Finding("error", "D104", f"episode {r.episode_index}: dataset_to_index - dataset_from_index "
+                               f"= {r.global_to - r.global_from} but length = {r.length}",
+                               r.length, r.global_to - r.global_from))
+        if prev_end is not None and r.global_from != prev_end:
+            kind = "gap" if r.global_from > prev_end else "overlap"
+            out.append(Finding("error", "D105", f"episode {r.episode_index}: start index {r.global_from} leaves a "
+                               f"{kind} after the previous episode's end {prev_end}", prev_end, r.global_from))
+        prev_end = r.global_to
+    return out
+
+
+def _check_files(reader: "LeRobotReader", inv: Inventory) -> list[Finding]:
+    out: list[Finding] = []
+    checked: dict[str, bool] = {}
+    missing_eps: dict[str, list[int]] = {}
+    for r in inv.refs:
+        for path in r.source_files():
+            if path not in checked:
+                checked[path] = reader.exists(path)
+            if not checked[path]:
+                missing_eps.setdefault(path, []).append(r.episode_index)
+    for path, eps in missing_eps.items():
+        if len(out) >= MAX_LISTED:
+            out.append(Finding("error", "D106", f"... and {len(missing_eps) - MAX_LISTED} more missing files"))
+            break
+        out.append(Finding("error", "D106", f"missing file {path} (episodes {_short(eps)})", path, None))
+    return out
+
+
+def _short(values: list[int], n: int = 10) -> str:
+    s = ", ".join(str(v) for v in values[:n])
+    return s + (f", ... ({len(values)} in all)" if len(values) > n else "")

@@ -1,0 +1,189 @@
+"""Convert: one work unit -> one output shard. `UnitConverter` holds what an actor reuses across units (reader,
+open video streams, image encoder, writer); it imports no Ray and is called the same way in-process or in an actor.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from robo_ray.episode import Episode, EpisodeRef, QuarantineRecord, VideoRef
+from robo_ray.errors import (EpisodeError, FrameCountMismatch, NonFiniteValue, TimestampMismatch, VideoDecodeError,
+                             VideoMissing)
+from robo_ray.images import ImageEncoder
+from robo_ray.mapping import FieldMap, Mapping
+from robo_ray.readers import open_reader
+from robo_ray.readers.base import Reader
+from robo_ray.stages.plan import Unit
+from robo_ray.storage import is_local
+from robo_ray.video import VideoPool
+from robo_ray.writers.rlds.example import FeatureValue
+from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
+
+log = logging.getLogger("robo_ray.convert")
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """Per-run knobs that are not part of the mapping."""
+
+    video_tolerance_s: float = 1e-4
+    nan_policy: str = "quarantine"  # quarantine | fail | allow
+    decoder_threads: int = 1
+    source_storage_options: dict[str, Any] = field(default_factory=dict)
+    target_storage_options: dict[str, Any] = field(default_factory=dict)
+
+
+class UnitConverter:
+    """Converts units of one source into shards of one target; reusable across many units."""
+
+    def __init__(self, source_url: str, source_format: str | None, mapping: Mapping, out_url: str,
+                 options: ConvertOptions | None = None, reader: Reader | None = None) -> None:
+        self.options = options or ConvertOptions()
+        self.reader = reader or open_reader(source_url, source_format, self.options.source_storage_options)
+        self.mapping = mapping
+        self.writer = RldsWriter(out_url, mapping, self.options.target_storage_options)
+        self.videos = VideoPool(threads=self.options.decoder_threads)
+        img = mapping.images
+        self.encoders = {
+            fm.source: ImageEncoder(fmt=fm.encoding or img.encoding, quality=img.jpeg_quality,
+                                    resize=tuple(fm.shape[:2]) if img.resize else None)  # type: ignore[arg-type]
+            for fm in mapping.image_maps()}
+
+    def convert(self, unit: Unit, on_quarantine: Callable[[QuarantineRecord], None] | None = None) -> ShardResult:
+        """Write the unit's shard; bad episodes are quarantined (recorded in the result), never fatal."""
+        sink = self.writer.open_shard(unit.index, unit.num_shards)
+        try:
+            for ref in unit.refs:
+                try:
+                    steps, metadata = self.convert_episode(ref)
+                except EpisodeError as exc:
+                    rec = QuarantineRecord(ref.episode_index, exc.code, str(exc), _file_of(exc, ref))
+                except Exception as exc:  # a bug or an unexpected library error: still quarantine, loudly
+                    log.exception("episode %s: unexpected error", ref.episode_index)
+                    rec = QuarantineRecord(ref.episode_index, "EP999", f"unexpected {type(exc).__name__}: {exc}",
+                                           ref.data_path)
+                else:
+                    sink.add(ref.episode_index, steps, metadata, ref.length)
+                    continue
+                sink.quarantine(rec.to_dict())
+                if on_quarantine:
+                    on_quarantine(rec)
+            return sink.commit()
+        except BaseException:
+            sink.abort()
+            raise
+
+    # ---- one episode -------------------------------------------------------------------------------------------
+    def convert_episode(self, ref: EpisodeRef) -> tuple[dict[str, FeatureValue], dict[str, Any]]:
+        ep = self.reader.load_episode(ref)
+        n = ep.length
+        steps: dict[str, FeatureValue] = {}
+        for fm in self.mapping.steps:
+            if fm.kind == "tensor":
+                steps[fm.target] = self._tensor(ep, fm)
+            elif fm.kind == "text":
+                steps[fm.target] = [str(x).encode("utf-8") for x in ep.columns[fm.source]]
+        for fm in self.mapping.image_maps():
+            steps[fm.target] = self._images(ep, fm)
+        d = self.mapping.defaults
+        if d.reward_source:
+            steps["reward"] = ep.columns[d.reward_source].reshape(n).astype(np.float32)
+        else:
+            steps["reward"] = np.full(n, d.reward, dtype=np.float32)
+        steps["discount"] = np.full(n, d.discount, dtype=np.float32)
+        first = np.zeros(n, dtype=np.bool_)
+        last = np.zeros(n, dtype=np.bool_)
+        if n:
+            first[0] = True
+            last[-1] = True
+        steps["is_first"] = first
+        steps["is_last"] = last
+        if d.is_terminal_source:
+            steps["is_terminal"] = ep.columns[d.is_terminal_source].reshape(n).astype(np.bool_)
+        else:
+            steps["is_terminal"] = np.full(n, d.is_terminal, dtype=np.bool_)
+        lang = ep.step_tasks if d.language_source == "task" else [""] * n
+        steps["language_instruction"] = [t.encode("utf-8") for t in lang]
+        metadata = {k: ep.metadata[k] for k in self.mapping.episode_metadata}
+        return steps, metadata
+
+    def _tensor(self, ep: Episode, fm: FieldMap) -> np.ndarray:
+        arr = ep.columns[fm.source]
+        want = int(np.prod(fm.shape)) if fm.shape else 1
+        per_step = int(np.prod(arr.shape[1:])) if arr.ndim > 1 else 1
+        if per_step != want:
+            raise EpisodeError(f"{ep.ref.data_path}: episode {ep.episode_index} feature {fm.source!r} has "
+                               f"{per_step} values per step, mapping says shape {fm.shape}", code="EP205")
+        if arr.dtype.kind == "f" and self.options.nan_policy != "allow" and not np.isfinite(arr).all():
+            bad = int((~np.isfinite(arr)).reshape(len(arr), -1).any(axis=1).argmax())
+            raise NonFiniteValue(f"{ep.ref.data_path}: episode {ep.episode_index} feature {fm.source!r} has "
+                                 f"NaN/Inf (first at step {bad})")
+        dtype = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}.get(fm.dtype, np.float32)
+        return arr.astype(dtype, copy=False)
+
+    def _images(self, ep: Episode, fm: FieldMap) -> list[bytes]:
+        enc = self.encoders[fm.source]
+        channels = fm.shape[2]
+        if fm.source in ep.images:
+            return [enc.transcode(b, channels) for b in ep.images[fm.source]]
+        ref = ep.videos.get(fm.source)
+        if ref is None:
+            raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
+        return self._decode_video(ep, fm, ref, enc, channels)
+
+    def _decode_video(self, ep: Episode, fm: FieldMap, ref: VideoRef, enc: ImageEncoder, channels: int) -> list[bytes]:
+        """Decode the episode's window of the file forward, matching each step's timestamp to a frame."""
+        path = ref.path
+        if not self.reader.exists(path):
+            raise VideoMissing(f"missing video {path} for episode {ep.episode_index} camera {fm.source}")
+        opener = None if is_local(self.reader.fs) else (lambda: self.reader.open_binary(path))
+        local_path = self.reader.path(path)
+        try:
+            stream = self.videos.get(local_path, opener)
+        except EpisodeError as exc:
+            raise type(exc)(f"{exc} (episode {ep.episode_index} camera {fm.source})") from exc
+        src_h, src_w = self.reader.features[fm.source].shape[:2]
+        if (stream.height, stream.width) != (src_h, src_w):
+            raise VideoDecodeError(f"{path}: video is {stream.width}x{stream.height}, info.json declares "
+                                   f"{src_w}x{src_h} (episode {ep.episode_index})")
+        ts = ep.timestamps if ep.timestamps is not None else np.arange(ep.length) / self.reader.fps
+        tol = self.options.video_tolerance_s
+        start = ref.from_timestamp
+        out: list[bytes] = []
+        try:
+            for t, frame in stream.window(start, ref.to_timestamp, tol):
+                i = len(out)
+                if i >= ep.length:
+                    if ref.to_timestamp is None:
+                        out.append(b"")  # count extra frames only
+                        continue
+                    break
+                q = start + float(ts[i])
+                if abs(t - q) > tol + 4e-7 * abs(q):
+                    raise TimestampMismatch(f"{path}: episode {ep.episode_index} step {i} wants t={q:.4f}s, "
+                                            f"the next frame is at {t:.4f}s (tolerance {tol}s)")
+                out.append(enc.encode_frame(frame, channels))
+        except EpisodeError:
+            self.videos.drop(local_path)
+            raise
+        if len(out) != ep.length:
+            self.videos.drop(local_path)
+            raise FrameCountMismatch(f"{path}: episode {ep.episode_index} camera {fm.source} has {len(out)} "
+                                     f"frames, the parquet has {ep.length} rows")
+        if ref.to_timestamp is None:
+            self.videos.drop(local_path)  # one file per episode: close it now
+        return out
+
+    def close(self) -> None:
+        self.videos.close()
+
+
+def _file_of(exc: EpisodeError, ref: EpisodeRef) -> str | None:
+    msg = str(exc)
+    for path in ref.source_files():
+        if path in msg:
+            return path
+    return ref.data_path

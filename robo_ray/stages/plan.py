@@ -1,0 +1,80 @@
+"""Plan: group episodes into work units. One unit = one output shard = an ordered list of episodes that share
+source files (so each MP4 is decoded once, in order). Deterministic: depends only on the inventory and config,
+never on the cluster, so any actor count produces the same shards."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from robo_ray.episode import EpisodeRef, FeatureSpec
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    num_shards: int
+    refs: tuple[EpisodeRef, ...]
+
+    @property
+    def episode_indices(self) -> list[int]:
+        return [r.episode_index for r in self.refs]
+
+
+def estimate_episode_bytes(ref: EpisodeRef, features: dict[str, FeatureSpec]) -> int:
+    """Rough output size: JPEG at ~1/10 of raw pixels, low-dim values at 4 bytes."""
+    per_step = 0
+    for f in features.values():
+        n = 1
+        for d in f.shape:
+            n *= d
+        per_step += n // 10 if f.kind in ("image", "video") else 4 * n
+    return max(1, ref.length * (per_step + 64))
+
+
+def _groups(refs: list[EpisodeRef]) -> list[list[EpisodeRef]]:
+    """Consecutive episodes that share any source file form one group."""
+    groups: list[list[EpisodeRef]] = []
+    prev_files: set[str] = set()
+    for ref in refs:
+        files = set(ref.source_files())
+        if groups and files & prev_files:
+            groups[-1].append(ref)
+            prev_files |= files
+        else:
+            groups.append([ref])
+            prev_files = files
+    return groups
+
+
+def plan_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_shard_mb: float = 256.0,
+               min_shards: int = 4) -> list[Unit]:
+    """Cut the episode list into contiguous units of about `target_shard_mb`, at least min(groups, min_shards)."""
+    if not refs:
+        return []
+    target = max(1, int(target_shard_mb * (1 << 20)))
+    sizes = {r.episode_index: estimate_episode_bytes(r, features) for r in refs}
+    # split oversized groups (v3.0 files can hold hundreds of episodes) into contiguous pieces
+    pieces: list[list[EpisodeRef]] = []
+    for g in _groups(refs):
+        cur: list[EpisodeRef] = []
+        acc = 0
+        for r in g:
+            if cur and acc + sizes[r.episode_index] > target:
+                pieces.append(cur)
+                cur, acc = [], 0
+            cur.append(r)
+            acc += sizes[r.episode_index]
+        pieces.append(cur)
+    total = sum(sizes.values())
+    n_units = min(len(pieces), max(math.ceil(total / target), min_shards))
+    # contiguous partition of pieces into n_units, balancing cumulative size
+    units: list[list[EpisodeRef]] = [[] for _ in range(n_units)]
+    acc = 0
+    for i, piece in enumerate(pieces):
+        psize = sum(sizes[r.episode_index] for r in piece)
+        slot = min(n_units - 1, int((acc + psize / 2) * n_units / total))
+        slot = max(slot, n_units - (len(pieces) - i))  # leave at least one piece for each remaining unit
+        units[slot].extend(piece)
+        acc += psize
+    units = [u for u in units if u]
+    return [Unit(i, len(units), tuple(u)) for i, u in enumerate(units)]

@@ -1,0 +1,39 @@
+"""Source frames of an episode as RGB arrays, decoded with PyAV independently of the convert path (Validate)."""
+from __future__ import annotations
+
+import numpy as np
+
+from robo_ray.episode import Episode
+from robo_ray.images import decode_image
+from robo_ray.readers.base import Reader
+from robo_ray.storage import is_local
+from robo_ray.video import VideoStream
+
+
+def source_frames(reader: Reader, ep: Episode, key: str, steps: list[int]) -> list[np.ndarray]:
+    """HxWxC uint8 frames at the given step indices: the frame whose timestamp matches each step."""
+    channels = reader.features[key].shape[2]  # type: ignore[attr-defined]
+    if key in ep.images:
+        return [decode_image(ep.images[key][i], channels) for i in steps]
+    ref = ep.videos[key]
+    path = reader.path(ref.path)  # type: ignore[attr-defined]
+    opener = None if is_local(reader.fs) else (lambda: reader.open_binary(ref.path))  # type: ignore[attr-defined]
+    ts = ep.timestamps if ep.timestamps is not None else np.arange(ep.length) / reader.fps  # type: ignore[attr-defined]
+    wanted = {i: ref.from_timestamp + float(ts[i]) for i in steps}
+    out: dict[int, np.ndarray] = {}
+    stream = VideoStream(path, opener, threads=0)
+    try:
+        for t, frame in stream.window(ref.from_timestamp, ref.to_timestamp, 1e-4):
+            for i, q in wanted.items():
+                if i not in out and abs(t - q) < 0.5 / max(reader.fps, 1):  # type: ignore[attr-defined]
+                    fmt = "gray" if channels == 1 else "rgb24"
+                    arr = frame.to_ndarray(format=fmt)
+                    out[i] = arr[:, :, None] if arr.ndim == 2 else arr
+            if len(out) == len(wanted):
+                break
+    finally:
+        stream.close()
+    missing = [i for i in steps if i not in out]
+    if missing:
+        raise ValueError(f"{ref.path}: no source frame for steps {missing}")
+    return [out[i] for i in steps]

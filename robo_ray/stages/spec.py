@@ -1,0 +1,81 @@
+"""Spec: mapping.md (the spec's tables, for people) and mapping.yaml (editable, passed back with --mapping)."""
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from robo_ray.errors import ConfigError
+from robo_ray.mapping import Mapping
+from robo_ray.readers.base import Inventory
+from robo_ray.storage import join, write_text_atomic
+
+
+def mapping_yaml(mapping: Mapping) -> str:
+    head = ("# robo-ray mapping: edit and pass back with --mapping mapping.yaml\n"
+            "# steps[].target: RLDS key inside a step; remove an entry to drop a feature; images.encoding: jpeg|png\n")
+    return head + yaml.safe_dump(mapping.model_dump(mode="json"), sort_keys=False, width=120)
+
+
+def load_mapping(text: str, origin: str = "mapping.yaml") -> Mapping:
+    try:
+        data: Any = yaml.safe_load(text)
+        return Mapping.model_validate(data)
+    except Exception as exc:
+        raise ConfigError(f"{origin}: invalid mapping ({str(exc).splitlines()[0]})") from exc
+
+
+def _row(*cells: Any) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
+    feats = inv.features
+    lines = [f"# Feature Mapping: {mapping.dataset_name}", "",
+             f"## Source: {inv.source_format} {inv.source_version}", ""]
+    head = [_row("Source Key", "Shape", "Dtype", "→", "RLDS Key", "Shape", "Dtype", "Transform"),
+            _row(*["---"] * 8)]
+    for title, pick in (("Observation Mapping", lambda t: t.startswith("observation/")),
+                        ("Action Mapping", lambda t: t == "action" or t.startswith("action/")),
+                        ("Other Step Features", lambda t: not t.startswith(("observation/", "action")))):
+        rows = [fm for fm in mapping.steps if pick(fm.target)]
+        if not rows and title == "Other Step Features":
+            continue
+        lines += [f"## {title}", ""] + head
+        for fm in rows:
+            f = feats.get(fm.source)
+            src_shape = list(f.declared_shape or f.shape) if f else "?"
+            src_dtype = (f.kind if f and f.kind in ("video", "image") else f.dtype) if f else "?"
+            lines.append(_row(fm.source, src_shape, src_dtype, "→", fm.target, fm.shape, fm.dtype, fm.transform))
+        lines.append("")
+    d = mapping.defaults
+    lines += ["## Default Values", "", _row("RLDS Key", "Value", "Reason"), _row("---", "---", "---"),
+              _row("reward", f"from `{d.reward_source}`" if d.reward_source else d.reward,
+                   "source feature" if d.reward_source else "Not present in source"),
+              _row("discount", d.discount, "Standard default"),
+              _row("is_terminal", f"from `{d.is_terminal_source}`" if d.is_terminal_source else d.is_terminal,
+                   "source feature" if d.is_terminal_source else "Assume truncation, not termination"),
+              _row("is_first / is_last", "first / last step", "RLDS episode boundaries"),
+              _row("language_instruction", "task text of the step (task_index)" if d.language_source == "task"
+                   else "empty", "LeRobot tasks"), ""]
+    lines += ["## Images", "", f"- encoding: {mapping.images.encoding.upper()}"
+              + (f" (quality {mapping.images.jpeg_quality})" if mapping.images.encoding == "jpeg" else " (lossless)"),
+              f"- resize: {mapping.images.resize or 'none'}", ""]
+    lines += ["## Episode Metadata", "", _row("RLDS Key", "Source"), _row("---", "---")]
+    srcs = {"episode_id": "episode_index", "file_path": "data file of the episode, relative to the source root"}
+    lines += [_row(f"episode_metadata/{k}", srcs.get(k, k)) for k in mapping.episode_metadata]
+    lines += [_row("(dataset) source_dataset_version", f'"{inv.source_version}" (in rlds_metadata.json)'), ""]
+    if mapping.dropped:
+        lines += ["## Not Mapped", "", _row("Source Key", "Reason"), _row("---", "---")]
+        lines += [_row(k, v) for k, v in mapping.dropped.items()]
+        lines.append("")
+    narrowed = [fm for fm in mapping.steps if "->float32" in fm.transform or "->int64" in fm.transform]
+    if narrowed:
+        lines += ["## Type Narrowing", "", "TFRecord float_list is float32 and int64_list is int64; these features "
+                  "are narrowed: " + ", ".join(f"`{fm.source}` ({fm.transform})" for fm in narrowed), ""]
+    return "\n".join(lines)
+
+
+def write_spec_outputs(fs, out_root: str, mapping: Mapping, inv: Inventory) -> None:
+    write_text_atomic(fs, join(out_root, "mapping.md"), mapping_markdown(mapping, inv))
+    write_text_atomic(fs, join(out_root, "mapping.yaml"), mapping_yaml(mapping))

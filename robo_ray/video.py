@@ -1,0 +1,133 @@
+"""Streaming PyAV decoding: one open container per video file, decoded forward once, shared by the episodes
+that live in it (LeRobot v3.0 files hold many episodes one after another)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import av
+
+from robo_ray.errors import VideoDecodeError, VideoMissing
+
+# Seek instead of decoding forward when the next window starts this far past the current position.
+SEEK_AHEAD_S = 2.0
+
+
+class VideoStream:
+    """A forward-only view of one file's video frames, with a one-frame lookahead."""
+
+    def __init__(self, path: str, open_file: Callable[[], Any] | None, threads: int = 1) -> None:
+        self.path = path
+        self._open_file = open_file
+        self._threads = threads
+        self._file: Any = None
+        self._container: av.container.InputContainer | None = None
+        self._iter: Iterator[av.VideoFrame] | None = None
+        self._peek: av.VideoFrame | None = None
+        self.position = float("-inf")  # time of the last frame handed out
+        self._open()
+
+    def _open(self) -> None:
+        self.close()
+        try:
+            if self._open_file is None:
+                self._container = av.open(self.path, "r")
+            else:
+                self._file = self._open_file()
+                self._container = av.open(self._file, "r")
+        except FileNotFoundError as exc:
+            raise VideoMissing(f"video file is missing: {self.path}") from exc
+        except (av.error.FFmpegError, OSError, ValueError) as exc:
+            raise VideoDecodeError(f"cannot open video {self.path}: {exc}") from exc
+        if not self._container.streams.video:
+            raise VideoDecodeError(f"no video stream in {self.path}")
+        stream = self._container.streams.video[0]
+        stream.thread_type = "AUTO" if self._threads != 1 else "SLICE"
+        stream.codec_context.thread_count = self._threads
+        self._stream = stream
+        self._iter = self._container.decode(stream)
+        self._peek = None
+        self.position = float("-inf")
+
+    @property
+    def width(self) -> int:
+        return self._stream.codec_context.width
+
+    @property
+    def height(self) -> int:
+        return self._stream.codec_context.height
+
+    def _next(self) -> av.VideoFrame | None:
+        if self._peek is not None:
+            frame, self._peek = self._peek, None
+            return frame
+        try:
+            return next(self._iter)  # type: ignore[arg-type]
+        except StopIteration:
+            return None
+        except (av.error.FFmpegError, OSError, ValueError, EOFError) as exc:
+            raise VideoDecodeError(f"decode failed in {self.path} after t={self.position:.3f}s: {exc}") from exc
+
+    def _seek(self, t: float) -> None:
+        tb = self._stream.time_base
+        try:
+            self._container.seek(int(t / tb), stream=self._stream, backward=True, any_frame=False)
+        except (av.error.FFmpegError, OSError) as exc:
+            raise VideoDecodeError(f"seek to t={t:.3f}s failed in {self.path}: {exc}") from exc
+        self._iter = self._container.decode(self._stream)
+        self._peek = None
+
+    def window(self, start: float, end: float | None, tol: float) -> Iterator[tuple[float, av.VideoFrame]]:
+        """Frames with start - tol <= t < end - tol (end None = to the end of the file), in order."""
+        if start < self.position - tol:
+            self._open()
+        if start - max(self.position, 0.0) > SEEK_AHEAD_S:
+            self._seek(start)
+        while True:
+            frame = self._next()
+            if frame is None:
+                return
+            t = float(frame.time) if frame.time is not None else self.position + 1e-9
+            if t < start - tol:
+                continue
+            if end is not None and t >= end - tol:
+                self._peek = frame
+                return
+            self.position = t
+            yield t, frame
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class VideoPool:
+    """Open video streams keyed by path, reused across units by one actor; bounded number of open files."""
+
+    def __init__(self, threads: int = 1, max_open: int = 16) -> None:
+        self.threads = threads
+        self.max_open = max_open
+        self._streams: dict[str, VideoStream] = {}
+
+    def get(self, path: str, open_file: Callable[[], Any] | None) -> VideoStream:
+        stream = self._streams.get(path)
+        if stream is None:
+            while len(self._streams) >= self.max_open:
+                _, old = self._streams.popitem()
+                old.close()
+            stream = VideoStream(path, open_file, self.threads)
+            self._streams[path] = stream
+        return stream
+
+    def drop(self, path: str) -> None:
+        stream = self._streams.pop(path, None)
+        if stream is not None:
+            stream.close()
+
+    def close(self) -> None:
+        for s in self._streams.values():
+            s.close()
+        self._streams.clear()

@@ -1,0 +1,1 @@
+"""RLDS (TFDS TFRecord) writer, without TensorFlow: FORMATS.md part 1."""

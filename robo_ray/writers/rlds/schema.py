@@ -1,0 +1,101 @@
+"""features.json and dataset_info.json for an RLDS dataset, built from the Mapping (FORMATS 1.2, 1.3)."""
+from __future__ import annotations
+
+from typing import Any
+
+from robo_ray.mapping import Mapping
+
+_P = "tensorflow_datasets.core.features."
+FEATURES_DICT = _P + "features_dict.FeaturesDict"
+
+
+def _tensor(dtype: str, shape: list[int], doc: str | None = None) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "pythonClassName": _P + ("scalar.Scalar" if not shape else "tensor_feature.Tensor"),
+        "tensor": {"shape": {"dimensions": [str(d) for d in shape]} if shape else {}, "dtype": dtype,
+                   "encoding": "none"}}
+    if doc:
+        node["description"] = doc
+    return node
+
+
+def _image(shape: list[int], encoding: str, doc: str | None = None) -> dict[str, Any]:
+    node: dict[str, Any] = {"pythonClassName": _P + "image_feature.Image",
+                            "image": {"shape": {"dimensions": [str(d) for d in shape]}, "dtype": "uint8",
+                                      "encodingFormat": encoding}}
+    if doc:
+        node["description"] = doc
+    return node
+
+
+def _text(doc: str | None = None) -> dict[str, Any]:
+    node: dict[str, Any] = {"pythonClassName": _P + "text_feature.Text", "text": {}}
+    if doc:
+        node["description"] = doc
+    return node
+
+
+def _dict(features: dict[str, Any]) -> dict[str, Any]:
+    return {"pythonClassName": FEATURES_DICT, "featuresDict": {"features": features}}
+
+
+def _insert(tree: dict[str, Any], path: str, node: dict[str, Any]) -> None:
+    parts = path.split("/")
+    for p in parts[:-1]:
+        tree = tree.setdefault(p, {})
+    tree[parts[-1]] = node
+
+
+def _to_features(tree: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v if "pythonClassName" in v else _dict(_to_features(v))) for k, v in tree.items()}
+
+
+METADATA_FEATURES = {
+    "episode_id": lambda: _tensor("int64", [], "Episode index in the source dataset."),
+    "file_path": lambda: _text("Source file of the episode, relative to the source dataset root."),
+}
+
+
+def step_tree(mapping: Mapping) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for fm in mapping.steps:
+        doc = f"From {fm.source}."
+        node = _image(fm.shape, fm.encoding or mapping.images.encoding, doc) if fm.kind == "image" \
+            else _text(doc) if fm.kind == "text" else _tensor(fm.dtype, fm.shape, doc)
+        _insert(tree, fm.target, node)
+    _insert(tree, "reward", _tensor("float32", [], "Reward" + (f" from {mapping.defaults.reward_source}."
+                                                              if mapping.defaults.reward_source else
+                                                              f", constant {mapping.defaults.reward}.")))
+    _insert(tree, "discount", _tensor("float32", [], f"Discount, constant {mapping.defaults.discount}."))
+    _insert(tree, "is_first", _tensor("bool", [], "True on the first step."))
+    _insert(tree, "is_last", _tensor("bool", [], "True on the last step."))
+    _insert(tree, "is_terminal", _tensor("bool", [], "True on a terminal last step."))
+    _insert(tree, "language_instruction", _text("Task text of the step."))
+    return tree
+
+
+def features_json(mapping: Mapping) -> dict[str, Any]:
+    steps = {"pythonClassName": _P + "dataset_feature.Dataset",
+             "sequence": {"feature": _dict(_to_features(step_tree(mapping))), "length": "-1"}}
+    meta = {k: METADATA_FEATURES[k]() for k in mapping.episode_metadata}
+    return _dict({"steps": steps, "episode_metadata": _dict(meta)})
+
+
+def shard_filename(name: str, split: str, index: int, num_shards: int) -> str:
+    digits = max(5, len(str(num_shards)))
+    return f"{name}-{split}.tfrecord-{index:0{digits}d}-of-{num_shards:0{digits}d}"
+
+
+def dataset_info_json(mapping: Mapping, shard_lengths: list[int], num_bytes: int, description: str) -> dict[str, Any]:
+    """Only keys tfds 4.9.3 and 4.9.10 both parse (unknown keys are fatal); never disableShuffling."""
+    return {
+        "citation": "",
+        "description": description,
+        "fileFormat": "tfrecord",
+        "moduleName": f"robo_ray.{mapping.dataset_name}",
+        "name": mapping.dataset_name,
+        "releaseNotes": {mapping.version: "Converted by robo-ray."},
+        "splits": [{"filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}", "name": "train",
+                    "numBytes": str(num_bytes), "shardLengths": [str(n) for n in shard_lengths]}],
+        "version": mapping.version,
+    }

@@ -1,0 +1,129 @@
+"""RLDS writer: one TFRecord shard per work unit, streamed to a temp file and committed atomically; the dataset's
+dataset_info.json and features.json are written last (the commit)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from robo_ray.mapping import Mapping
+from robo_ray.storage import is_local, join, url_to_fs, write_text_atomic
+from robo_ray.writers.rlds.example import FeatureValue, encode_example
+from robo_ray.writers.rlds.schema import dataset_info_json, features_json, shard_filename
+from robo_ray.writers.rlds.tfrecord import frame_record
+
+
+@dataclass
+class ShardResult:
+    """The ~1 KB row a unit returns: what went into its shard and what was quarantined."""
+
+    shard_index: int
+    filename: str
+    episodes: list[tuple[int, int]] = field(default_factory=list)  # (episode_index, steps)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
+    num_bytes: int = 0
+    sha256: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ShardResult":
+        d = dict(d)
+        d["episodes"] = [tuple(e) for e in d.get("episodes", [])]
+        return cls(**d)
+
+
+def episode_features(steps: dict[str, FeatureValue], metadata: dict[str, Any]) -> dict[str, FeatureValue]:
+    """Flat `steps/...` and `episode_metadata/...` keys, as tfds' ExampleSerializer lays them out."""
+    flat: dict[str, FeatureValue] = {f"steps/{k}": v for k, v in steps.items()}
+    for k, v in metadata.items():
+        if isinstance(v, str):
+            flat[f"episode_metadata/{k}"] = [v.encode("utf-8")]
+        elif isinstance(v, bool):
+            flat[f"episode_metadata/{k}"] = np.array([v], dtype=np.bool_)
+        elif isinstance(v, (int, np.integer)):
+            flat[f"episode_metadata/{k}"] = np.array([v], dtype=np.int64)
+        else:
+            flat[f"episode_metadata/{k}"] = np.array([v], dtype=np.float32)
+    return flat
+
+
+class ShardSink:
+    """Accumulates one shard: records stream into a temp file; `commit` moves it to its final name."""
+
+    def __init__(self, writer: "RldsWriter", index: int, num_shards: int) -> None:
+        self.writer = writer
+        self.result = ShardResult(index, shard_filename(writer.mapping.dataset_name, "train", index, num_shards))
+        self._hash = hashlib.sha256()
+        self.final_path = join(writer.dataset_dir, self.result.filename)
+        self._local = is_local(writer.fs)
+        if self._local:
+            os.makedirs(writer.dataset_dir, exist_ok=True)
+            self._tmp_path = f"{self.final_path}.tmp-{uuid.uuid4().hex[:8]}"
+            self._f: Any = open(self._tmp_path, "wb")
+        else:
+            self._chunks: list[bytes] = []
+
+    def add(self, episode_index: int, steps: dict[str, FeatureValue], metadata: dict[str, Any], n_steps: int) -> None:
+        framed = frame_record(encode_example(episode_features(steps, metadata)))
+        self._hash.update(framed)
+        self.result.num_bytes += len(framed)
+        if self._local:
+            self._f.write(framed)
+        else:
+            self._chunks.append(framed)
+        self.result.episodes.append((episode_index, n_steps))
+
+    def quarantine(self, record: dict[str, Any]) -> None:
+        self.result.quarantined.append(record)
+
+    def commit(self) -> ShardResult:
+        self.result.sha256 = self._hash.hexdigest()
+        if self._local:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+            os.replace(self._tmp_path, self.final_path)
+        else:
+            self.writer.fs.pipe_file(self.final_path, b"".join(self._chunks))
+            self._chunks = []
+        return self.result
+
+    def abort(self) -> None:
+        if self._local:
+            self._f.close()
+            if os.path.exists(self._tmp_path):
+                os.remove(self._tmp_path)
+        self._chunks = []
+
+
+class RldsWriter:
+    """Writes `<out>/rlds/<name>/<version>/`."""
+
+    format_name = "rlds"
+
+    def __init__(self, out_url: str, mapping: Mapping, storage_options: dict[str, Any] | None = None) -> None:
+        self.out_url = out_url
+        self.mapping = mapping
+        self.fs, self.out_root = url_to_fs(out_url, storage_options)
+        self.dataset_dir = join(self.out_root, "rlds", mapping.dataset_name, mapping.version)
+
+    def open_shard(self, index: int, num_shards: int) -> ShardSink:
+        return ShardSink(self, index, num_shards)
+
+    def finalize(self, results: list[ShardResult], description: str) -> dict[str, Any]:
+        """Write features.json then dataset_info.json (shard lengths exact, in shard order)."""
+        results = sorted(results, key=lambda r: r.shard_index)
+        lengths = [len(r.episodes) for r in results]
+        info = dataset_info_json(self.mapping, lengths, sum(r.num_bytes for r in results), description)
+        write_text_atomic(self.fs, join(self.dataset_dir, "features.json"),
+                          json.dumps(features_json(self.mapping), indent=2, sort_keys=True))
+        write_text_atomic(self.fs, join(self.dataset_dir, "dataset_info.json"),
+                          json.dumps(info, indent=2, sort_keys=True))
+        return info
