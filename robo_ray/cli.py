@@ -205,6 +205,7 @@ COMMANDS = {"run": cmd_run, "discover": cmd_discover, "validate": cmd_validate, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)

@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Iterator, Protocol, TextIO
+from typing import Any, Callable, Iterator, Protocol, TextIO
 
 from robo_ray.config import JobConfig
 from robo_ray.episode import QuarantineRecord
@@ -231,7 +231,3 @@ def validate_and_publish(cfg: JobConfig, fs, out_root: str, mapping: Mapping, in
 def raise_for_outcome(outcome: RunOutcome) -> None:
     if outcome.exit_code == 3:
         raise ValidationFailed(outcome.message)
-
-
-def iter_nothing() -> Iterable[Any]:
-    return ()
