@@ -1,0 +1,74 @@
+"""Shared test fixtures: where ../shared is, a CLI runner, and an RLDS loader that goes through the real tfds."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("ROBO_RAY_SHARED", REPO.parent / "shared")).resolve()
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    path = shared_dir()
+    if not (path / "samples").is_dir():
+        pytest.skip(f"shared datasets not found at {path} (set ROBO_RAY_SHARED)")
+    return path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `robo-ray` as a user would, in a subprocess."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "robo_ray.cli", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=REPO)
+
+
+def load_rlds(version_dir: Path) -> list[dict[str, Any]]:
+    """Every episode through tfds.builder_from_directory, as numpy (images decoded by tfds)."""
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder_from_directory(str(version_dir))
+    episodes = []
+    for ep in tfds.as_numpy(builder.as_dataset(split="train")):
+        steps = ep["steps"]
+        episodes.append({"episode_metadata": ep["episode_metadata"], "steps": _stack_steps(steps)})
+    return sorted(episodes, key=lambda e: int(e["episode_metadata"]["episode_id"]))
+
+
+def _stack_steps(steps: Any) -> dict[str, Any]:
+    out: dict[str, list] = {}
+    for step in steps:
+        _flatten(step, "", out)
+    return {k: np.stack(v) if v and isinstance(v[0], np.ndarray) else np.array(v) for k, v in out.items()}
+
+
+def _flatten(d: dict, prefix: str, out: dict[str, list]) -> None:
+    for k, v in d.items():
+        if isinstance(v, dict):
+            _flatten(v, f"{prefix}{k}/", out)
+        else:
+            out.setdefault(f"{prefix}{k}", []).append(v)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+
+
+def decode_all_frames(path: Path) -> list[tuple[float, np.ndarray]]:
+    """(time, RGB) of every frame of an MP4, decoded with PyAV independently of robo_ray."""
+    import av
+
+    with av.open(str(path)) as c:
+        return [(float(f.time), f.to_ndarray(format="rgb24")) for f in c.decode(c.streams.video[0])]
