@@ -202,7 +202,8 @@ def validate_and_publish(cfg: JobConfig, fs, out_root: str, mapping: Mapping, in
                          quarantined: list[dict[str, Any]], archive: bool = False) -> RunOutcome:
     t1 = time.monotonic()
     v = Validator(fs, out_root, mapping, inv, reader, ledger, cfg.validate_.sample_episodes,
-                  cfg.validate_.min_psnr_db, cfg.validate_.tfds_readback)
+                  cfg.validate_.min_psnr_db, cfg.validate_.tfds_readback,
+                  allow_nonfinite=cfg.convert.nan_policy == "allow")
     res = v.run()
     write_validation_outputs(fs, out_root, res, mapping.dataset_name, time.monotonic() - t1)
     for p in res.problems:
@@ -217,7 +218,8 @@ def validate_and_publish(cfg: JobConfig, fs, out_root: str, mapping: Mapping, in
         write_archive(fs, out_root, v.dataset_dir, mapping.dataset_name)
     n = max(1, len(inv.refs))
     over = len(quarantined) / n > cfg.convert.max_quarantine_fraction
-    exit_code = 0 if res.passed and not over else 3
+    nan_fail = cfg.convert.nan_policy == "fail" and any(q["code"] == "EP203" for q in quarantined)
+    exit_code = 0 if res.passed and not over and not nan_fail else 3
     if quarantined:
         log.info(f"{len(quarantined)} of {len(inv.refs)} episodes quarantined "
                  f"(threshold {cfg.convert.max_quarantine_fraction:.0%})")

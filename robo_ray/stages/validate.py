@@ -74,10 +74,11 @@ class Validator:
 
     def __init__(self, fs, out_root: str, mapping: Mapping, inv: Inventory | None, reader: Reader | None,
                  ledger: dict[str, Any] | None, sample_episodes: int = 50, min_psnr_db: float = 30.0,
-                 tfds_readback: bool = True) -> None:
+                 tfds_readback: bool = True, allow_nonfinite: bool = False) -> None:
         self.fs, self.out_root, self.mapping = fs, out_root, mapping
         self.inv, self.reader, self.ledger = inv, reader, ledger or {}
         self.sample_episodes, self.min_psnr_db, self.tfds_readback = sample_episodes, min_psnr_db, tfds_readback
+        self.allow_nonfinite = allow_nonfinite
         self.dataset_dir = join(out_root, "rlds", mapping.dataset_name, mapping.version)
 
     def run(self) -> ValidationResult:
@@ -150,7 +151,8 @@ class Validator:
                 else f"{len(lengths)} shard files, all readable")
         res.add("schema", n_schema == 0, f"{n_schema} features with wrong size" if n_schema
                 else "every feature has its declared per-step size")
-        res.add("nan/inf", n_nonfinite == 0, f"NaN/Inf values: {n_nonfinite}")
+        res.add("nan/inf", n_nonfinite == 0 or self.allow_nonfinite, f"NaN/Inf values: {n_nonfinite}"
+                + (" (allowed by convert.nan_policy=allow)" if n_nonfinite and self.allow_nonfinite else ""))
         res.add("images", n_bad_images == 0, f"undecodable or mis-sized sampled images: {n_bad_images}")
         if not any(c.name.startswith("checksum ") for c in res.checks) and expected_sha:
             res.add("checksums", True, "every shard's sha256 equals the ledger")
