@@ -1,0 +1,61 @@
+"""Planning units: deterministic, contiguous, every episode exactly once, shared files never split apart."""
+from __future__ import annotations
+
+from robo_ray.episode import EpisodeRef, FeatureSpec, VideoRef
+from robo_ray.stages.plan import plan_units
+
+FEATS = {"cam": FeatureSpec("cam", "video", "uint8", (480, 640, 3))}
+
+
+def _v2_refs(n: int) -> list[EpisodeRef]:
+    return [EpisodeRef(i, 100, f"data/ep{i}.parquet", (("cam", VideoRef(f"v/ep{i}.mp4")),)) for i in range(n)]
+
+
+def _v3_refs(per_file: list[int]) -> list[EpisodeRef]:
+    refs, i = [], 0
+    for f, n in enumerate(per_file):
+        for k in range(n):
+            refs.append(EpisodeRef(i, 100, f"data/file-{f}.parquet", (("cam", VideoRef(f"v/file-{f}.mp4", k * 5.0,
+                                                                                         k * 5.0 + 5)),)))
+            i += 1
+    return refs
+
+
+def _flat(units) -> list[int]:
+    return [i for u in units for i in u.episode_indices]
+
+
+def test_every_episode_once_in_order() -> None:
+    refs = _v2_refs(37)
+    units = plan_units(refs, FEATS, target_shard_mb=1, min_shards=4)
+    assert _flat(units) == list(range(37))
+    assert [u.index for u in units] == list(range(len(units)))
+    assert all(u.num_shards == len(units) for u in units)
+
+
+def test_min_shards_for_small_datasets() -> None:
+    assert len(plan_units(_v2_refs(10), FEATS, target_shard_mb=1024, min_shards=4)) == 4
+    assert len(plan_units(_v2_refs(2), FEATS, target_shard_mb=1024, min_shards=4)) == 2
+
+
+def test_episodes_sharing_a_file_stay_together() -> None:
+    refs = _v3_refs([3, 5, 2])
+    units = plan_units(refs, FEATS, target_shard_mb=1024, min_shards=8)
+    files_per_unit = [{r.data_path for r in u.refs} for u in units]
+    assert all(len(f) == 1 for f in files_per_unit)
+    assert _flat(units) == list(range(10))
+
+
+def test_oversized_file_groups_are_split_contiguously() -> None:
+    refs = _v3_refs([40])
+    units = plan_units(refs, FEATS, target_shard_mb=0.1, min_shards=1)
+    assert len(units) > 1 and _flat(units) == list(range(40))
+
+
+def test_deterministic() -> None:
+    refs = _v3_refs([3, 5, 2, 7])
+    assert plan_units(refs, FEATS, 0.5, 3) == plan_units(list(refs), FEATS, 0.5, 3)
+
+
+def test_empty() -> None:
+    assert plan_units([], FEATS) == []
