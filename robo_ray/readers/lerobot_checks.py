@@ -22,13 +22,57 @@ def check_inventory(reader: "LeRobotReader", inv: Inventory) -> list[Finding]:
     if isinstance(declared_frames, int) and declared_frames != inv.total_steps:
         findings.append(Finding("error", "D102", f"info.json total_frames={declared_frames} but the episode "
                                 f"lengths sum to {inv.total_steps}", declared_frames, inv.total_steps))
+    findings += _check_splits(inv)
     indices = [r.episode_index for r in inv.refs]
     if indices != list(range(len(indices))):
         findings.append(Finding("warning", "D103", "episode indices are not contiguous 0..N-1",
                                 f"0..{len(indices) - 1}", _short(indices)))
     findings += _check_global_ranges(inv)
     findings += _check_files(reader, inv)
+    findings += _check_data_rows(reader, inv)
     return findings
+
+
+def _check_splits(inv: Inventory) -> list[Finding]:
+    splits = inv.declared.get("splits")
+    if not isinstance(splits, dict):
+        return []
+    declared = 0
+    for name, rng in splits.items():
+        try:
+            a, b = (int(x) for x in str(rng).split(":"))
+        except ValueError:
+            return [Finding("warning", "D108", f"info.json splits[{name!r}] = {rng!r} is not a 'from:to' range")]
+        declared += b - a
+    if declared != inv.episodes_count:
+        return [Finding("error", "D108", f"info.json splits cover {declared} episodes but the episode index lists "
+                        f"{inv.episodes_count}", declared, inv.episodes_count)]
+    return []
+
+
+def _check_data_rows(reader: "LeRobotReader", inv: Inventory) -> list[Finding]:
+    """Rows per data file (parquet footer only) against the episode lengths the index assigns to it."""
+    import pyarrow.parquet as pq
+
+    expected: dict[str, int] = {}
+    for r in inv.refs:
+        expected[r.data_path] = expected.get(r.data_path, 0) + r.length
+    out: list[Finding] = []
+    for path, n in expected.items():
+        if not reader.exists(path):
+            continue
+        try:
+            with reader.open_binary(path) as f:
+                rows = pq.ParquetFile(f).metadata.num_rows
+        except Exception as exc:  # pyarrow raises several types for a bad footer
+            out.append(Finding("error", "D109", f"data file {path} is unreadable: {exc}", path, None))
+            continue
+        if rows != n:
+            out.append(Finding("error", "D107", f"data file {path} has {rows} rows but its episodes' lengths sum "
+                               f"to {n}", n, rows))
+        if len(out) >= MAX_LISTED:
+            break
+    return out
 
 
 def _check_global_ranges(inv: Inventory) -> list[Finding]:
