@@ -45,6 +45,7 @@ class ValidationResult:
     shard_sha256: dict[str, str] = field(default_factory=dict)
     psnr: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    statistics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -54,6 +55,39 @@ class ValidationResult:
         self.checks.append(Check(name, passed, detail))
         if not passed:
             self.problems.append(f"{name}: {detail}")
+
+
+class StatsAccumulator:
+    """Normalization statistics of every numeric step feature, over all written steps (exact quantiles)."""
+
+    def __init__(self, mapping: Mapping) -> None:
+        self.keys = {f"steps/{fm.target}": fm for fm in mapping.steps if fm.kind == "tensor"}
+        self.keys["steps/reward"] = None  # type: ignore[assignment]
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in self.keys}
+
+    def add(self, ex: dict[str, Any], T: int) -> None:
+        if T == 0:
+            return
+        for key in self.keys:
+            v = ex.get(key)
+            if isinstance(v, np.ndarray) and v.size and v.size % T == 0:
+                self.parts[key].append(v.reshape(T, -1))
+
+    def finish(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, parts in self.parts.items():
+            if not parts:
+                continue
+            a = np.concatenate(parts).astype(np.float64)
+            fm = self.keys[key]
+            shape = list(fm.shape) if fm is not None else []
+            def vec(x: np.ndarray) -> Any:
+                return x.reshape(shape).tolist() if shape else float(x.reshape(-1)[0])
+            out[key[len("steps/"):]] = {
+                "mean": vec(a.mean(0)), "std": vec(a.std(0)), "min": vec(a.min(0)), "max": vec(a.max(0)),
+                "q01": vec(np.quantile(a, 0.01, axis=0)), "q99": vec(np.quantile(a, 0.99, axis=0)),
+                "count": int(a.shape[0])}
+        return out
 
 
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -79,6 +113,8 @@ class Validator:
         self.inv, self.reader, self.ledger = inv, reader, ledger or {}
         self.sample_episodes, self.min_psnr_db, self.tfds_readback = sample_episodes, min_psnr_db, tfds_readback
         self.allow_nonfinite = allow_nonfinite
+        self._stats = StatsAccumulator(mapping)
+        self._keep: set[int] = set()
         self.dataset_dir = join(out_root, "rlds", mapping.dataset_name, mapping.version)
 
     def run(self) -> ValidationResult:
@@ -87,8 +123,10 @@ class Validator:
         if info is None:
             return res
         lengths = [int(x) for x in info["splits"][0]["shardLengths"]]
+        self._keep = self._sample_ids()
         episodes = self._check_shards(res, lengths)
         self._check_counts(res, episodes)
+        res.statistics = self._stats.finish()
         if self.reader is not None and self.inv is not None:
             self._sample_comparison(res, episodes)
         if self.tfds_readback:
@@ -137,7 +175,9 @@ class Validator:
                         T = len(ex.get("steps/is_first", []))
                         if ep_id in episodes:
                             res.add("unique episodes", False, f"episode {ep_id} appears twice (shard {name})")
-                        episodes[ep_id] = {"shard": name, "steps": T, "example": ex}
+                        episodes[ep_id] = {"shard": name, "steps": T,
+                                           "example": ex if ep_id in self._keep else None}
+                        self._stats.add(ex, T)
                         n_schema += self._check_schema(ex, T, shapes, ep_id, res)
                         n_nonfinite += self._count_nonfinite(ex)
                         n_bad_images += self._check_images(ex, T, res)
@@ -218,13 +258,20 @@ class Validator:
                 f"output {res.steps_written} steps, source {exp_steps} for the written episodes")
 
     # ---- sample comparison -------------------------------------------------------------------------------------
-    def _sample_comparison(self, res: ValidationResult, episodes: dict[int, dict[str, Any]]) -> None:
-        assert self.reader is not None and self.inv is not None
-        refs = {r.episode_index: r for r in self.inv.refs}
-        ids = sorted(i for i in episodes if i in refs)
+    def _sample_ids(self) -> set[int]:
+        """Episodes compared to the source: `sample_episodes` spread evenly over the discovered ones."""
+        if self.inv is None or self.reader is None:
+            return set()
+        ids = [r.episode_index for r in self.inv.refs]
         if self.sample_episodes and len(ids) > self.sample_episodes:
             step = len(ids) / self.sample_episodes
             ids = [ids[int(k * step)] for k in range(self.sample_episodes)]
+        return set(ids)
+
+    def _sample_comparison(self, res: ValidationResult, episodes: dict[int, dict[str, Any]]) -> None:
+        assert self.reader is not None and self.inv is not None
+        refs = {r.episode_index: r for r in self.inv.refs}
+        ids = sorted(i for i in episodes if i in refs and episodes[i]["example"] is not None)
         mismatches: list[str] = []
         for ep_id in ids:
             mismatches += self._compare_episode(refs[ep_id], episodes[ep_id]["example"], res)
@@ -324,3 +371,6 @@ def diff_summary(res: ValidationResult) -> dict[str, Any]:
 def write_validation_outputs(fs, out_root: str, res: ValidationResult, name: str, seconds: float) -> None:
     write_text_atomic(fs, join(out_root, "validation_report.md"), validation_markdown(res, name, seconds))
     write_text_atomic(fs, join(out_root, "diff_summary.json"), json.dumps(diff_summary(res), indent=2))
+    stats = {"note": "normalization statistics over every written step (float64 math on the stored float32 "
+                     "values); count = steps", "features": res.statistics}
+    write_text_atomic(fs, join(out_root, "dataset_statistics.json"), json.dumps(stats, indent=2))

@@ -52,3 +52,25 @@ def test_lossless_preset_is_exact(tmp_path: Path) -> None:
     assert summary["psnr_db"]["min"] == 99.0  # PNG of the decoded frame: identical to PyAV's decode
     ep = load_rlds(tmp_path / "o/rlds/lerobot_v30_pusher/1.0.0")[0]
     assert ep["steps"]["observation/image_side"].dtype == np.uint8
+
+
+def test_statistics_match_numpy_over_the_source(shared: Path, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    src = shared / "samples/lerobot_v30_av1_2cam"
+    proc = run_cli("run", str(src), str(tmp_path / "o"), "--set", "validate.tfds_readback=false")
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads((tmp_path / "o/dataset_statistics.json").read_text())["features"]
+    table = pq.read_table(src / "data/chunk-000/file-000.parquet")
+    for src_key, key in (("observation.state", "observation/state"), ("action", "action")):
+        a = np.stack(table[src_key].to_numpy(zero_copy_only=False)).astype(np.float32).astype(np.float64)
+        s = stats[key]
+        assert s["count"] == len(a) == 420
+        np.testing.assert_allclose(s["mean"], a.mean(0), rtol=1e-12)
+        np.testing.assert_allclose(s["std"], a.std(0), rtol=1e-12)
+        np.testing.assert_array_equal(s["min"], a.min(0))
+        np.testing.assert_array_equal(s["max"], a.max(0))
+        np.testing.assert_allclose(s["q01"], np.quantile(a, 0.01, axis=0), rtol=1e-12)
+        np.testing.assert_allclose(s["q99"], np.quantile(a, 0.99, axis=0), rtol=1e-12)
+    info = json.loads((tmp_path / "o/rlds/lerobot_v30_av1_2cam/1.0.0/dataset_info.json").read_text())
+    assert "statistics" not in json.dumps(info).lower()
