@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from robo_ray.episode import FeatureSpec
 from robo_ray.errors import ConfigError
@@ -35,7 +35,9 @@ class FieldMap(BaseModel):
     dtype: str
     shape: list[int]
     transform: str = "none"
-    encoding: Literal["jpeg", "png"] | None = None
+    encoding: Literal["jpeg", "png"] | None = None  # images: None = images.encoding
+    source_shape: list[int] | None = None  # images: HWC of the source frames
+    source_codec: str | None = None  # images: video codec, or "image" for encoded images in the parquet
 
     @field_validator("target")
     @classmethod
@@ -102,6 +104,28 @@ class Mapping(BaseModel):
             raise ValueError(f"version {v!r} must be x.y.z")
         return v
 
+    @model_validator(mode="after")
+    def _derive_images(self) -> "Mapping":
+        """Image shapes and transforms follow `images` (so an edited mapping.yaml stays consistent)."""
+        for fm in self.steps:
+            if fm.kind != "image" or not fm.source_shape:
+                continue
+            h, w, c = fm.source_shape
+            out_h, out_w = self.images.resize or (h, w)
+            fm.shape = [out_h, out_w, c]
+            enc = fm.encoding or self.images.encoding
+            parts = [f"decode {fm.source_codec or 'image'}"]
+            if fm.transform.startswith("CHW->HWC"):
+                parts.insert(0, "CHW->HWC")
+            if self.images.resize:
+                parts.append(f"resize {h}x{w}->{out_h}x{out_w}")
+            parts.append(f"encode {enc.upper()}" + (f" q{self.images.jpeg_quality}" if enc == "jpeg" else " (lossless)"))
+            fm.transform = ", ".join(parts)
+        return self
+
+    def encoding_of(self, fm: FieldMap) -> str:
+        return fm.encoding or self.images.encoding
+
     def check_against(self, features: dict[str, FeatureSpec]) -> None:
         """Refuse mappings that name unknown sources or collide on a target."""
         targets: set[str] = set()
@@ -120,6 +144,21 @@ class Mapping(BaseModel):
         for src in (self.defaults.reward_source, self.defaults.is_terminal_source):
             if src is not None and src not in features:
                 raise ConfigError(f"mapping: defaults name unknown source feature {src!r}")
+        for fm in self.steps:
+            feat = features[fm.source]
+            if fm.kind == "image" and feat.kind not in ("image", "video"):
+                raise ConfigError(f"mapping: {fm.source!r} is not an image or video feature")
+            if fm.kind == "image" and fm.source_shape and list(feat.shape) != fm.source_shape:
+                raise ConfigError(f"mapping: {fm.source!r} source_shape {fm.source_shape} differs from the "
+                                  f"dataset's {list(feat.shape)}")
+            if fm.kind == "tensor" and feat.kind != "tensor":
+                raise ConfigError(f"mapping: {fm.source!r} is a {feat.kind} feature, not a tensor")
+
+    def unmapped(self, features: dict[str, FeatureSpec]) -> list[str]:
+        """Source features neither mapped, used by defaults, nor listed in `dropped` (a user removed them)."""
+        used = {fm.source for fm in self.steps} | set(self.dropped)
+        used |= {s for s in (self.defaults.reward_source, self.defaults.is_terminal_source) if s}
+        return [k for k in features if k not in used]
 
     def image_maps(self) -> list[FieldMap]:
         return [f for f in self.steps if f.kind == "image"]
@@ -163,15 +202,11 @@ def default_mapping(inv: Inventory, images: ImageOptions | None = None, name: st
             dropped[key] = "bookkeeping column (step order, indices, task via language_instruction)"
             continue
         if feat.kind in ("image", "video"):
-            h, w, c = feat.shape
-            out_h, out_w = images.resize or (h, w)
-            transform = "CHW->HWC, " if feat.declared_shape and feat.declared_shape != feat.shape else ""
-            transform += f"decode {feat.codec or 'video'} + " if feat.kind == "video" else "decode + "
-            transform += f"encode {images.encoding.upper()}"
-            transform += f" q{images.jpeg_quality}" if images.encoding == "jpeg" else ""
-            transform += f", resize {h}x{w}->{out_h}x{out_w}" if images.resize else ""
+            chw = bool(feat.declared_shape and feat.declared_shape != feat.shape)
             steps.append(FieldMap(source=key, target=_camera_target(key, len(cams)), kind="image", dtype="uint8",
-                                  shape=[out_h, out_w, c], transform=transform, encoding=images.encoding))
+                                  shape=list(feat.shape), transform="CHW->HWC" if chw else "none",
+                                  source_shape=list(feat.shape),
+                                  source_codec=(feat.codec or "video") if feat.kind == "video" else "image"))
             continue
         if key == "next.reward" and feat.kind == "tensor":
             defaults.reward_source = key

@@ -48,8 +48,8 @@ class UnitConverter:
         self.videos = VideoPool(threads=self.options.decoder_threads)
         img = mapping.images
         self.encoders = {
-            fm.source: ImageEncoder(fmt=fm.encoding or img.encoding, quality=img.jpeg_quality,
-                                    resize=tuple(fm.shape[:2]) if img.resize else None)  # type: ignore[arg-type]
+            fm.source: ImageEncoder(fmt=mapping.encoding_of(fm), quality=img.jpeg_quality,
+                                    resize=tuple(img.resize) if img.resize else None)  # type: ignore[arg-type]
             for fm in mapping.image_maps()}
 
     def convert(self, unit: Unit, on_quarantine: Callable[[QuarantineRecord], None] | None = None) -> ShardResult:

@@ -14,7 +14,8 @@ from robo_ray.storage import join, write_text_atomic
 def mapping_yaml(mapping: Mapping) -> str:
     head = ("# robo-ray mapping: edit and pass back with --mapping mapping.yaml\n"
             "# steps[].target: RLDS key inside a step; remove an entry to drop a feature; images.encoding: jpeg|png\n")
-    return head + yaml.safe_dump(mapping.model_dump(mode="json"), sort_keys=False, width=120)
+    data = mapping.model_dump(mode="json", exclude_none=True)
+    return head + yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None)
 
 
 def load_mapping(text: str, origin: str = "mapping.yaml") -> Mapping:
@@ -65,9 +66,10 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
     srcs = {"episode_id": "episode_index", "file_path": "data file of the episode, relative to the source root"}
     lines += [_row(f"episode_metadata/{k}", srcs.get(k, k)) for k in mapping.episode_metadata]
     lines += [_row("(dataset) source_dataset_version", f'"{inv.source_version}" (in rlds_metadata.json)'), ""]
-    if mapping.dropped:
+    removed = {k: "not in mapping.yaml (removed by the user)" for k in mapping.unmapped(feats)}
+    if mapping.dropped or removed:
         lines += ["## Not Mapped", "", _row("Source Key", "Reason"), _row("---", "---")]
-        lines += [_row(k, v) for k, v in mapping.dropped.items()]
+        lines += [_row(k, v) for k, v in {**mapping.dropped, **removed}.items()]
         lines.append("")
     narrowed = [fm for fm in mapping.steps if "->float32" in fm.transform or "->int64" in fm.transform]
     if narrowed:

@@ -60,7 +60,7 @@ def step_tree(mapping: Mapping) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for fm in mapping.steps:
         doc = f"From {fm.source}."
-        node = _image(fm.shape, fm.encoding or mapping.images.encoding, doc) if fm.kind == "image" \
+        node = _image(fm.shape, mapping.encoding_of(fm), doc) if fm.kind == "image" \
             else _text(doc) if fm.kind == "text" else _tensor(fm.dtype, fm.shape, doc)
         _insert(tree, fm.target, node)
     _insert(tree, "reward", _tensor("float32", [], "Reward" + (f" from {mapping.defaults.reward_source}."
