@@ -6,8 +6,9 @@ a reader: the convert stage streams it.
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 
@@ -47,6 +48,7 @@ class EpisodeRef:
     tasks: tuple[str, ...] = ()
     global_from: int | None = None  # v3.0: dataset_from_index
     global_to: int | None = None
+    source_id: str | None = None  # the source's own key for the episode (HDF5 group, ORTF episode_id), if any
 
     @property
     def video_map(self) -> dict[str, VideoRef]:
@@ -55,6 +57,41 @@ class EpisodeRef:
     def source_files(self) -> tuple[str, ...]:
         """Files this episode reads, data first then videos (used to group episodes into units)."""
         return (self.data_path, *(v.path for _, v in self.videos))
+
+
+class RawFrames(Sequence[bytes]):
+    """Raw (N, H, W, C) uint8/uint16 frames that behave like a list of PNG bytes (encoded lazily, lossless).
+
+    Readers whose source stores pixels uncompressed (Minari raw Box images, ORTF 16-bit depth) put one of these in
+    `Episode.images`: the convert stage encodes `array` directly, anything else sees ordinary PNG bytes."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        if array.ndim == 3:
+            array = array[..., None]
+        if array.ndim != 4 or array.dtype not in (np.uint8, np.uint16):
+            raise ValueError(f"RawFrames needs (N, H, W[, C]) uint8/uint16, got {array.shape} {array.dtype}")
+        self.array = array
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return png_bytes(self.array[i])
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (self[i] for i in range(len(self)))
+
+
+def png_bytes(frame: np.ndarray, compress_level: int = 1) -> bytes:
+    """One HxWxC (or HxW) uint8/uint16 frame -> PNG bytes (16-bit grey stays 16-bit)."""
+    from PIL import Image
+
+    arr = frame[:, :, 0] if frame.ndim == 3 and frame.shape[2] == 1 else frame
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(arr)).save(buf, format="PNG", compress_level=compress_level)
+    return buf.getvalue()
 
 
 @dataclass

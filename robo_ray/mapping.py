@@ -24,6 +24,10 @@ LEROBOT_BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "ta
 ALIASES = {"actions": "action", "state": "observation/state", "observation.states": "observation/state"}
 
 
+MetaType = Literal["int", "float", "text", "bool"]
+BUILTIN_METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text"}
+
+
 class FieldMap(BaseModel):
     """One output feature of a step and where it comes from."""
 
@@ -32,7 +36,7 @@ class FieldMap(BaseModel):
     source: str  # source feature key
     target: str  # RLDS key inside a step, "/"-separated
     kind: Literal["tensor", "image", "text"]
-    dtype: str
+    dtype: str  # images: uint8, or uint16 (16-bit depth, PNG only)
     shape: list[int]
     transform: str = "none"
     encoding: Literal["jpeg", "png"] | None = None  # images: None = images.encoding
@@ -58,6 +62,15 @@ class Defaults(BaseModel):
     reward_source: str | None = None
     is_terminal_source: str | None = None
     language_source: str = "task"  # "task" = the frame's task text (task_index), "" = none
+    # per-step columns for the other RLDS step fields (None = constant / first-last rule); Minari and ORTF use them
+    discount_source: str | None = None
+    is_first_source: str | None = None
+    is_last_source: str | None = None
+
+    def sources(self) -> list[str]:
+        """Source features the defaults read."""
+        return [s for s in (self.reward_source, self.is_terminal_source, self.discount_source,
+                            self.is_first_source, self.is_last_source) if s]
 
 
 class ImageOptions(BaseModel):
@@ -88,6 +101,8 @@ class Mapping(BaseModel):
     defaults: Defaults = Field(default_factory=Defaults)
     images: ImageOptions = Field(default_factory=ImageOptions)
     episode_metadata: list[str] = Field(default_factory=lambda: ["episode_id", "file_path"])
+    # type of each episode_metadata key beyond episode_id (int) and file_path (text); missing keys are text
+    episode_metadata_types: dict[str, MetaType] = Field(default_factory=dict)
     dropped: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("dataset_name")
@@ -111,20 +126,25 @@ class Mapping(BaseModel):
             if fm.kind != "image" or not fm.source_shape:
                 continue
             h, w, c = fm.source_shape
-            out_h, out_w = self.images.resize or (h, w)
+            out_h, out_w = (self.images.resize if fm.dtype != "uint16" else None) or (h, w)
             fm.shape = [out_h, out_w, c]
-            enc = fm.encoding or self.images.encoding
+            enc = self.encoding_of(fm)
             parts = [f"decode {fm.source_codec or 'image'}"]
             if fm.transform.startswith("CHW->HWC"):
                 parts.insert(0, "CHW->HWC")
-            if self.images.resize:
+            if self.images.resize and fm.dtype != "uint16":
                 parts.append(f"resize {h}x{w}->{out_h}x{out_w}")
             parts.append(f"encode {enc.upper()}" + (f" q{self.images.jpeg_quality}" if enc == "jpeg" else " (lossless)"))
             fm.transform = ", ".join(parts)
         return self
 
     def encoding_of(self, fm: FieldMap) -> str:
+        if fm.dtype == "uint16":
+            return "png"  # JPEG has no 16-bit mode
         return fm.encoding or self.images.encoding
+
+    def metadata_type(self, key: str) -> MetaType:
+        return self.episode_metadata_types.get(key) or BUILTIN_METADATA.get(key, "text")
 
     def check_against(self, features: dict[str, FeatureSpec]) -> None:
         """Refuse mappings that name unknown sources or collide on a target."""
@@ -141,8 +161,8 @@ class Mapping(BaseModel):
                 if fm.target.startswith(t + "/") or t.startswith(fm.target + "/"):
                     raise ConfigError(f"mapping: {fm.target!r} and {t!r} overlap")
             targets.add(fm.target)
-        for src in (self.defaults.reward_source, self.defaults.is_terminal_source):
-            if src is not None and src not in features:
+        for src in self.defaults.sources():
+            if src not in features:
                 raise ConfigError(f"mapping: defaults name unknown source feature {src!r}")
         for fm in self.steps:
             feat = features[fm.source]
@@ -157,7 +177,7 @@ class Mapping(BaseModel):
     def unmapped(self, features: dict[str, FeatureSpec]) -> list[str]:
         """Source features neither mapped, used by defaults, nor listed in `dropped` (a user removed them)."""
         used = {fm.source for fm in self.steps} | set(self.dropped)
-        used |= {s for s in (self.defaults.reward_source, self.defaults.is_terminal_source) if s}
+        used |= set(self.defaults.sources())
         return [k for k in features if k not in used]
 
     def image_maps(self) -> list[FieldMap]:
@@ -191,8 +211,12 @@ def _tensor_target(key: str) -> str | None:
 
 
 def default_mapping(inv: Inventory, images: ImageOptions | None = None, name: str | None = None) -> Mapping:
-    """The DESIGN §6 default mapping for an inventory."""
+    """The DESIGN §6 default mapping for an inventory (per-format rules for Minari and ORTF)."""
     images = images or ImageOptions()
+    if inv.source_format == "minari":
+        return _minari_mapping(inv, images, name)
+    if inv.source_format == "ortf":
+        return _ortf_mapping(inv, images, name)
     cams = [f for f in inv.features.values() if f.kind in ("image", "video")]
     steps: list[FieldMap] = []
     dropped: dict[str, str] = {}
@@ -240,3 +264,138 @@ def _target_dtype(dtype: str) -> tuple[str, str]:
     if dtype.startswith(("int", "uint")):
         return "int64", f"{dtype}->int64"
     return "float32", f"{dtype}->float32"
+
+
+# ---- Minari and ORTF rules ------------------------------------------------------------------------------------
+MINARI_METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text", "seed": "int"}
+ORTF_METADATA: dict[str, MetaType] = {
+    "episode_id": "int", "file_path": "text", "ortf_episode_id": "text", "task_id": "int", "success": "int",
+    "failure_reason": "text", "operator_notes": "text", "recorded_at": "text", "duration_seconds": "float",
+    "annotations": "text"}
+ORTF_BOOKKEEPING = {"episode_id", "step_index", "timestamp", "task_id"}
+
+
+def _segment(part: str) -> str:
+    """One path segment as a target identifier: `_index_0` -> `index_0`, `0` -> `f0`."""
+    s = re.sub(r"[^0-9A-Za-z_]", "_", part).strip("_") or "f"
+    return s if s[0].isalpha() else f"f{s}"
+
+
+def _path_target(prefix: str, rest: str, sep: str = "/") -> str:
+    parts = [_segment(p) for p in rest.split(sep) if p]
+    return "/".join([prefix, *parts]) if prefix else "/".join(parts)
+
+
+def _tensor_map(key: str, feat: FeatureSpec, target: str) -> FieldMap:
+    dtype, transform = _target_dtype(feat.dtype)
+    return FieldMap(source=key, target=target, kind="tensor", dtype=dtype, shape=list(feat.shape),
+                    transform=transform)
+
+
+def _image_map(key: str, feat: FeatureSpec, target: str) -> FieldMap:
+    depth = feat.dtype == "uint16"
+    codec = (feat.codec or "video") if feat.kind == "video" else (feat.codec or "image")
+    return FieldMap(source=key, target=target, kind="image", dtype="uint16" if depth else "uint8",
+                    shape=list(feat.shape), encoding="png" if depth else None, source_shape=list(feat.shape),
+                    source_codec=codec)
+
+
+def _finish(inv: Inventory, images: ImageOptions, name: str | None, steps: list[FieldMap], defaults: Defaults,
+            dropped: dict[str, str], meta: dict[str, MetaType]) -> Mapping:
+    seen: dict[str, int] = {}
+    for fm in steps:  # sanitised names may collide (`a.b` and `a_b`): suffix the later ones
+        n = seen.get(fm.target, 0)
+        seen[fm.target] = n + 1
+        if n:
+            fm.target = f"{fm.target}_{n + 1}"
+    extra = {k: v for k, v in meta.items() if k not in BUILTIN_METADATA}
+    return Mapping(dataset_name=name or sanitize_name(inv.dataset_name), source_format=inv.source_format,
+                   source_version=inv.source_version, steps=steps, defaults=defaults, images=images,
+                   episode_metadata=list(meta), episode_metadata_types=extra, dropped=dropped)
+
+
+def _minari_mapping(inv: Inventory, images: ImageOptions, name: str | None) -> Mapping:
+    """Minari: one Box observation -> observation/state (image: observation/image), Dict/Tuple subspaces ->
+    observation/<key>; actions -> action; rewards -> reward; terminations/truncations -> terminated/truncated;
+    infos/<k> -> info/<k>; is_terminal and discount are the reader's per-step columns (T+1 layout)."""
+    steps: list[FieldMap] = []
+    dropped: dict[str, str] = {}
+    defaults = Defaults(reward_source="rewards", is_terminal_source="is_terminal", discount_source="discount",
+                        language_source="")
+    for key, feat in inv.features.items():
+        if key in ("rewards", "is_terminal", "discount"):
+            continue
+        if feat.kind == "string":
+            dropped[key] = "text space (no RLDS tensor form); kept out"
+            continue
+        head, _, rest = key.partition("/")
+        if head == "observations":
+            if feat.kind in ("image", "video"):
+                target = _path_target("observation", rest) if rest else "observation/image"
+                steps.append(_image_map(key, feat, target))
+                continue
+            target = _path_target("observation", rest) if rest else "observation/state"
+        elif head == "actions":
+            target = _path_target("action", rest) if rest else "action"
+        elif key == "terminations":
+            target = "terminated"
+        elif key == "truncations":
+            target = "truncated"
+        elif head == "infos":
+            target = _path_target("info", rest)
+        else:
+            target = _path_target("", key)
+        if feat.kind in ("image", "video"):
+            steps.append(_image_map(key, feat, target))
+        else:
+            steps.append(_tensor_map(key, feat, target))
+    return _finish(inv, images, name, steps, defaults, dropped, dict(MINARI_METADATA))
+
+
+def _ortf_mapping(inv: Inventory, images: ImageOptions, name: str | None) -> Mapping:
+    """ORTF: action -> action; observation.state (the concatenated state, or the single `state` component) ->
+    observation/state, other components -> observation/<component>; one camera -> observation/image, several ->
+    observation/image_<camera>; depth cameras -> observation/depth[_<camera>] (uint16 PNG); boundary flags,
+    reward and discount from the step columns; instruction from tasks.jsonl."""
+    steps: list[FieldMap] = []
+    dropped: dict[str, str] = {}
+    defaults = Defaults(is_first_source="is_first", is_last_source="is_last", is_terminal_source="is_terminal")
+    rgb = [k for k, f in inv.features.items() if f.kind in ("image", "video") and f.dtype != "uint16"]
+    depth = [k for k, f in inv.features.items() if f.kind in ("image", "video") and f.dtype == "uint16"]
+    has_state = "observation.state" in inv.features
+    for key, feat in inv.features.items():
+        if key in ("is_first", "is_last", "is_terminal"):
+            continue
+        if key in ORTF_BOOKKEEPING or key.endswith(".frame_index"):
+            dropped[key] = "bookkeeping column (episode rows, step order, video frame index, task via " \
+                           "language_instruction)"
+            continue
+        if key == "reward" and feat.kind == "tensor":
+            defaults.reward_source = key
+            continue
+        if key == "discount" and feat.kind == "tensor":
+            defaults.discount_source = key
+            continue
+        if feat.kind == "string":
+            dropped[key] = "string column (no RLDS tensor form); kept out"
+            continue
+        if feat.kind in ("image", "video"):
+            cam = key.rsplit(".", 1)[-1]
+            group = depth if key in depth else rgb
+            base = "observation/depth" if key in depth else "observation/image"
+            steps.append(_image_map(key, feat, base if len(group) == 1 else f"{base}_{_segment(cam)}"))
+            continue
+        if key == "observation.state":
+            target = "observation/state"
+        elif key.startswith("observation.state."):
+            comp = key[len("observation.state."):]
+            if comp == "state" and not has_state:
+                target = "observation/state"
+            else:
+                target = _path_target("observation", comp, ".")
+        elif key.startswith("observation."):
+            target = _path_target("observation", key[len("observation."):], ".")
+        else:
+            target = _path_target("", key, ".")
+        steps.append(_tensor_map(key, feat, target))
+    return _finish(inv, images, name, steps, defaults, dropped, dict(ORTF_METADATA))

@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from robo_ray.episode import Episode, EpisodeRef, QuarantineRecord, VideoRef
-from robo_ray.errors import (EpisodeError, FrameCountMismatch, NonFiniteValue, TimestampMismatch, VideoDecodeError,
-                             VideoMissing)
+from robo_ray.episode import Episode, EpisodeRef, QuarantineRecord, RawFrames, VideoRef, png_bytes
+from robo_ray.errors import (DataCorrupt, EpisodeError, FrameCountMismatch, NonFiniteValue, TimestampMismatch,
+                             VideoDecodeError, VideoMissing)
 from robo_ray.images import ImageEncoder
 from robo_ray.mapping import FieldMap, Mapping
 from robo_ray.readers import open_reader
@@ -90,25 +90,45 @@ class UnitConverter:
             steps[fm.target] = self._images(ep, fm)
         d = self.mapping.defaults
         if d.reward_source:
-            steps["reward"] = ep.columns[d.reward_source].reshape(n).astype(np.float32)
+            steps["reward"] = self._step_column(ep, d.reward_source, np.float32)
         else:
             steps["reward"] = np.full(n, d.reward, dtype=np.float32)
-        steps["discount"] = np.full(n, d.discount, dtype=np.float32)
+        if d.discount_source:
+            steps["discount"] = self._step_column(ep, d.discount_source, np.float32)
+        else:
+            steps["discount"] = np.full(n, d.discount, dtype=np.float32)
         first = np.zeros(n, dtype=np.bool_)
         last = np.zeros(n, dtype=np.bool_)
         if n:
             first[0] = True
             last[-1] = True
-        steps["is_first"] = first
-        steps["is_last"] = last
+        steps["is_first"] = self._step_column(ep, d.is_first_source, np.bool_) if d.is_first_source else first
+        steps["is_last"] = self._step_column(ep, d.is_last_source, np.bool_) if d.is_last_source else last
         if d.is_terminal_source:
-            steps["is_terminal"] = ep.columns[d.is_terminal_source].reshape(n).astype(np.bool_)
+            steps["is_terminal"] = self._step_column(ep, d.is_terminal_source, np.bool_)
         else:
             steps["is_terminal"] = np.full(n, d.is_terminal, dtype=np.bool_)
         lang = ep.step_tasks if d.language_source == "task" else [""] * n
+        if len(lang) != n:
+            raise DataCorrupt(f"{ep.ref.data_path}: episode {ep.episode_index} has {len(lang)} step tasks for "
+                              f"{n} steps")
         steps["language_instruction"] = [t.encode("utf-8") for t in lang]
-        metadata = {k: ep.metadata[k] for k in self.mapping.episode_metadata}
+        metadata = {k: _metadata_value(ep.metadata.get(k), self.mapping.metadata_type(k))
+                    for k in self.mapping.episode_metadata}
         return steps, metadata
+
+    def _step_column(self, ep: Episode, key: str, dtype: type) -> np.ndarray:
+        """A per-step source column used for an RLDS step field (reward, discount, flags): one value a step."""
+        col = ep.columns.get(key)
+        if col is None or col.size != ep.length:
+            got = "missing" if col is None else f"{col.size} values"
+            raise DataCorrupt(f"{ep.ref.data_path}: episode {ep.episode_index} column {key!r} is {got}, "
+                              f"expected one value for each of {ep.length} steps")
+        arr = col.reshape(ep.length)
+        if dtype is np.float32 and arr.dtype.kind == "f" and self.options.nan_policy != "allow" \
+                and not np.isfinite(arr).all():
+            raise NonFiniteValue(f"{ep.ref.data_path}: episode {ep.episode_index} column {key!r} has NaN/Inf")
+        return arr.astype(dtype)
 
     def _tensor(self, ep: Episode, fm: FieldMap) -> np.ndarray:
         arr = ep.columns[fm.source]
@@ -128,7 +148,15 @@ class UnitConverter:
         enc = self.encoders[fm.source]
         channels = fm.shape[2]
         if fm.source in ep.images:
-            return [enc.transcode(b, channels) for b in ep.images[fm.source]]
+            images = ep.images[fm.source]
+            if len(images) != ep.length:
+                raise FrameCountMismatch(f"{ep.ref.data_path}: episode {ep.episode_index} image {fm.source!r} has "
+                                         f"{len(images)} frames for {ep.length} steps")
+            if isinstance(images, RawFrames):  # uncompressed source pixels: encode once
+                if fm.dtype == "uint16" or images.array.dtype == np.uint16:
+                    return [png_bytes(f, 3) for f in images.array.astype(np.uint16)]
+                return [enc.encode_array(_channels(f, channels)) for f in images.array]
+            return [enc.transcode(b, channels) for b in images]
         ref = ep.videos.get(fm.source)
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
@@ -179,6 +207,33 @@ class UnitConverter:
 
     def close(self) -> None:
         self.videos.close()
+
+
+def _channels(frame: np.ndarray, channels: int) -> np.ndarray:
+    """Raw HxWxC frame -> the mapping's channel count (grey <-> RGB)."""
+    if frame.shape[2] == channels:
+        return frame
+    if channels == 3:
+        return np.repeat(frame[:, :, :1], 3, axis=2)
+    return np.asarray(np.rint(frame[:, :, :3].astype(np.float32) @ [0.299, 0.587, 0.114]), np.uint8)[:, :, None]
+
+
+_META_DEFAULTS: dict[str, Any] = {"int": -1, "float": 0.0, "text": "", "bool": False}
+
+
+def _metadata_value(value: Any, kind: str) -> Any:
+    """An episode metadata value as the mapping's scalar type; a missing value becomes -1 / 0.0 / "" / False."""
+    if value is None:
+        return _META_DEFAULTS[kind]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if kind == "int":
+        return int(value)
+    if kind == "float":
+        return float(value)
+    if kind == "bool":
+        return bool(value)
+    return value if isinstance(value, str) else str(value)
 
 
 def _file_of(exc: EpisodeError, ref: EpisodeRef) -> str | None:

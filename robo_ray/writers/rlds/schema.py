@@ -19,9 +19,9 @@ def _tensor(dtype: str, shape: list[int], doc: str | None = None) -> dict[str, A
     return node
 
 
-def _image(shape: list[int], encoding: str, doc: str | None = None) -> dict[str, Any]:
+def _image(shape: list[int], encoding: str, doc: str | None = None, dtype: str = "uint8") -> dict[str, Any]:
     node: dict[str, Any] = {"pythonClassName": _P + "image_feature.Image",
-                            "image": {"shape": {"dimensions": [str(d) for d in shape]}, "dtype": "uint8",
+                            "image": {"shape": {"dimensions": [str(d) for d in shape]}, "dtype": dtype,
                                       "encodingFormat": encoding}}
     if doc:
         node["description"] = doc
@@ -54,21 +54,39 @@ METADATA_FEATURES = {
     "episode_id": lambda: _tensor("int64", [], "Episode index in the source dataset."),
     "file_path": lambda: _text("Source file of the episode, relative to the source dataset root."),
 }
+# episode metadata scalars of other keys, by the mapping's episode_metadata_types (int / float / text / bool)
+_METADATA_BY_TYPE = {
+    "int": lambda doc: _tensor("int64", [], doc),
+    "float": lambda doc: _tensor("float32", [], doc),
+    "bool": lambda doc: _tensor("bool", [], doc),
+    "text": lambda doc: _text(doc),
+}
+
+
+def metadata_feature(mapping: Mapping, key: str) -> dict[str, Any]:
+    """The features.json node of one episode_metadata key (always a scalar: dlimp repeats them per step)."""
+    if key in METADATA_FEATURES and key not in mapping.episode_metadata_types:
+        return METADATA_FEATURES[key]()
+    return _METADATA_BY_TYPE[mapping.metadata_type(key)](f"Episode metadata `{key}` from the source.")
 
 
 def step_tree(mapping: Mapping) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for fm in mapping.steps:
         doc = f"From {fm.source}."
-        node = _image(fm.shape, mapping.encoding_of(fm), doc) if fm.kind == "image" \
+        node = _image(fm.shape, mapping.encoding_of(fm), doc, fm.dtype) if fm.kind == "image" \
             else _text(doc) if fm.kind == "text" else _tensor(fm.dtype, fm.shape, doc)
         _insert(tree, fm.target, node)
     _insert(tree, "reward", _tensor("float32", [], "Reward" + (f" from {mapping.defaults.reward_source}."
                                                               if mapping.defaults.reward_source else
                                                               f", constant {mapping.defaults.reward}.")))
-    _insert(tree, "discount", _tensor("float32", [], f"Discount, constant {mapping.defaults.discount}."))
-    _insert(tree, "is_first", _tensor("bool", [], "True on the first step."))
-    _insert(tree, "is_last", _tensor("bool", [], "True on the last step."))
+    d = mapping.defaults
+    _insert(tree, "discount", _tensor("float32", [], f"Discount from {d.discount_source}." if d.discount_source
+                                      else f"Discount, constant {d.discount}."))
+    _insert(tree, "is_first", _tensor("bool", [], f"From {d.is_first_source}." if d.is_first_source
+                                      else "True on the first step."))
+    _insert(tree, "is_last", _tensor("bool", [], f"From {d.is_last_source}." if d.is_last_source
+                                     else "True on the last step."))
     _insert(tree, "is_terminal", _tensor("bool", [], "True on a terminal last step."))
     _insert(tree, "language_instruction", _text("Task text of the step."))
     return tree
@@ -77,7 +95,7 @@ def step_tree(mapping: Mapping) -> dict[str, Any]:
 def features_json(mapping: Mapping) -> dict[str, Any]:
     steps = {"pythonClassName": _P + "dataset_feature.Dataset",
              "sequence": {"feature": _dict(_to_features(step_tree(mapping))), "length": "-1"}}
-    meta = {k: METADATA_FEATURES[k]() for k in mapping.episode_metadata}
+    meta = {k: metadata_feature(mapping, k) for k in mapping.episode_metadata}
     return _dict({"steps": steps, "episode_metadata": _dict(meta)})
 
 

@@ -1,0 +1,561 @@
+"""Minari reader: 0.5 HDF5 and Arrow/Parquet datasets, and 0.4 HDF5 datasets (metadata in root attributes).
+
+Layout (FORMATS.md part 3): `<dataset>/data/main_data.hdf5` with one group `episode_<id>` per episode holding
+`observations (T+1, ...)`, `actions (T, ...)`, `rewards`, `terminations`, `truncations (T,)`, `infos/...`; Dict and
+Tuple spaces are nested groups (`_index_<i>` for Tuple items); image Boxes are JPEG bytes when `jpeg_encoding`.
+Arrow: `data/<id>/part-0.arrow` per episode, every column padded to T+1 rows, Dict/Tuple spaces as structs.
+
+Episodes come out in the RLDS layout: T transitions and T+1 observations make T+1 steps; action, reward,
+terminations and truncations get a zero row at the end (the invalid last step), and the reader adds two per-step
+columns, `is_terminal` (terminations[-1] on the last step) and `discount` (0 after a terminating transition and on
+the last step, else 1). The HDF5 file is untrusted: external/soft links, virtual datasets and external storage are
+refused, and shapes are bounded before anything is read.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from typing import Any, Iterator
+
+import numpy as np
+
+from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
+from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnsafeInput
+from robo_ray.readers.base import Finding, Inventory
+from robo_ray.safety import (MAX_DIM, MAX_ELEMENTS_PER_STEP, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES,
+                             check_count, check_shape)
+from robo_ray.storage import is_local, join, url_to_fs
+
+MAIN_FILE = "main_data.hdf5"
+STEP_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
+MAX_EPISODE_BYTES = 4 << 30  # one episode's arrays, checked from HDF5 shapes before reading
+_EPISODE_GROUP = re.compile(r"^episode_(\d{1,12})$")
+_ARROW_SUFFIX = {"arrow": ".arrow", "parquet": ".parquet"}
+
+
+# ---- spaces (minari's JSON serialisation, read without gymnasium) ---------------------------------------------
+def parse_space(raw: Any, where: str) -> dict[str, Any] | None:
+    """A space as minari serialises it (JSON string or dict); None when absent."""
+    if raw is None:
+        return None
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SourceFormatError(f"{where}: not valid JSON ({exc.msg})") from exc
+    if not isinstance(raw, dict) or "type" not in raw:
+        raise SourceFormatError(f"{where}: a space must be a JSON object with a `type`")
+    return raw
+
+
+def _is_image_box(space: dict[str, Any], shape: tuple[int, ...], dtype: str) -> bool:
+    """minari's is_image_space: uint8 Box, 2 or 3 dims, at least 32x32, bounds 0..255."""
+    if dtype != "uint8" or len(shape) not in (2, 3) or shape[0] < 32 or shape[1] < 32:
+        return False
+    try:
+        return bool(np.all(np.asarray(space.get("low")) == 0) and np.all(np.asarray(space.get("high")) == 255))
+    except (TypeError, ValueError):
+        return False
+
+
+def space_features(space: dict[str, Any], key: str, jpeg: bool, where: str, depth: int = 0) -> list[FeatureSpec]:
+    """The leaves of a space as features keyed like the HDF5 layout (`observations/<k>`, `/_index_<i>`)."""
+    if depth > 8:
+        raise UnsafeInput(f"{where}: space nesting deeper than 8 levels")
+    kind = space.get("type")
+    if kind == "Dict":
+        subs = space.get("subspaces")
+        if not isinstance(subs, dict):
+            raise SourceFormatError(f"{where}: Dict space without subspaces")
+        return [f for k, sub in subs.items() for f in space_features(parse_space(sub, where), f"{key}/{k}", jpeg,
+                                                                      where, depth + 1)]
+    if kind == "Tuple":
+        subs = space.get("subspaces")
+        if not isinstance(subs, list):
+            raise SourceFormatError(f"{where}: Tuple space without subspaces")
+        return [f for i, sub in enumerate(subs)
+                for f in space_features(parse_space(sub, where), f"{key}/_index_{i}", jpeg, where, depth + 1)]
+    if kind == "Box":
+        dtype = _dtype(space.get("dtype"), where)
+        shape = check_shape(key, list(space.get("shape") or []))
+        if _is_image_box(space, shape, dtype):
+            hwc = (shape[0], shape[1], shape[2] if len(shape) == 3 else 1)
+            return [FeatureSpec(key, "image", "uint8", hwc, declared_shape=shape, codec="jpeg" if jpeg else "raw")]
+        return [FeatureSpec(key, "tensor", dtype, shape, declared_shape=shape)]
+    if kind == "Discrete":
+        return [FeatureSpec(key, "tensor", _dtype(space.get("dtype", "int64"), where), ())]
+    if kind == "MultiDiscrete":
+        shape = check_shape(key, list(np.shape(space.get("nvec"))))
+        return [FeatureSpec(key, "tensor", _dtype(space.get("dtype", "int64"), where), shape)]
+    if kind == "MultiBinary":
+        n = space.get("n")
+        shape = check_shape(key, [n] if isinstance(n, int) else list(n or []))
+        return [FeatureSpec(key, "tensor", "int8", shape)]
+    if kind == "Text":
+        return [FeatureSpec(key, "string", "string", ())]
+    raise SourceFormatError(f"{where}: space type {kind!r} is not supported (Box, Discrete, MultiDiscrete, "
+                            "MultiBinary, Dict, Tuple, Text)")
+
+
+def _dtype(raw: Any, where: str) -> str:
+    try:
+        dt = np.dtype(str(raw))
+    except TypeError as exc:
+        raise SourceFormatError(f"{where}: unknown dtype {raw!r}") from exc
+    if dt.kind not in "biuf":
+        raise SourceFormatError(f"{where}: dtype {raw!r} is not numeric")
+    return str(dt)
+
+
+def _jsonable(value: Any) -> Any:
+    """Metadata (HDF5 attributes, JSON) as plain JSON types."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        return [_jsonable(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+# ---- HDF5, refusing what could reach outside the file ----------------------------------------------------------
+def _h5_children(group: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """(name, object) of a group's members; external/soft links, virtual and external datasets are refused."""
+    import h5py
+
+    for name in group:
+        link = group.get(name, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            raise UnsafeInput(f"{where}: {group.name}/{name} is an HDF5 external link (to {link.filename}); refused")
+        if isinstance(link, h5py.SoftLink):
+            raise UnsafeInput(f"{where}: {group.name}/{name} is an HDF5 soft link; refused")
+        obj = group[name]
+        if isinstance(obj, h5py.Dataset):
+            if obj.is_virtual:
+                raise UnsafeInput(f"{where}: {obj.name} is an HDF5 virtual dataset; refused")
+            if obj.external:
+                raise UnsafeInput(f"{where}: {obj.name} stores its data in external files; refused")
+        yield name, obj
+
+
+def _h5_leaves(group: Any, prefix: str, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    import h5py
+
+    if depth > 8:
+        raise UnsafeInput(f"{where}: groups nested deeper than 8 levels under {group.name}")
+    for name, obj in _h5_children(group, where):
+        key = f"{prefix}/{name}" if prefix else name
+        if isinstance(obj, h5py.Group):
+            yield from _h5_leaves(obj, key, where, depth + 1)
+        else:
+            yield key, obj
+
+
+def _check_dataset(ds: Any, where: str) -> None:
+    shape = tuple(ds.shape or ())
+    if not shape:
+        return
+    if shape[0] > MAX_EPISODE_LENGTH + 1 or any(d > MAX_DIM for d in shape[1:]):
+        raise UnsafeInput(f"{where}: dataset {ds.name} has shape {shape}, beyond the limits")
+    per = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    if per > MAX_ELEMENTS_PER_STEP or shape[0] * per * max(ds.dtype.itemsize, 1) > MAX_EPISODE_BYTES:
+        raise UnsafeInput(f"{where}: dataset {ds.name} with shape {shape} is too large")
+
+
+def _h5_feature(key: str, ds: Any) -> FeatureSpec:
+    """A feature inferred from a dataset (infos, extra datasets, 0.4 files without a space)."""
+    dt = ds.dtype
+    shape = tuple(ds.shape[1:])
+    if dt.kind in "biuf":
+        if dt == np.uint8 and len(shape) in (2, 3) and shape[0] >= 32 and shape[1] >= 32:
+            return FeatureSpec(key, "image", "uint8", (shape[0], shape[1], shape[2] if len(shape) == 3 else 1),
+                               declared_shape=shape, codec="raw")
+        return FeatureSpec(key, "tensor", str(dt), check_shape(key, list(shape)), declared_shape=shape)
+    return FeatureSpec(key, "string", "string", ())
+
+
+class MinariReader:
+    """Reads a Minari dataset folder (or its `data/main_data.hdf5`) from any fsspec URL."""
+
+    format_name = "minari"
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.fs, path = url_to_fs(url, storage_options)
+        if not self.fs.exists(path):
+            raise SourceNotFound(f"source not found: {url}")
+        if path.endswith(".hdf5"):
+            path = posixpath.dirname(path)
+        if posixpath.basename(path) == "data" and not self.fs.exists(join(path, "data")):
+            path = posixpath.dirname(path)
+        self.root = path
+        self.fps = 0.0  # Minari records no rate
+        self._h5: Any = None
+        self._h5_file: Any = None
+        self.legacy = not self.exists("data/metadata.json")
+        if self.legacy:
+            if not self.exists(f"data/{MAIN_FILE}"):
+                raise SourceFormatError(f"{url}: not a Minari dataset (no data/metadata.json or data/{MAIN_FILE})")
+            self.metadata = {k: _jsonable(v) for k, v in self._file().attrs.items()}
+            self.data_format = "hdf5"
+        else:
+            self.metadata = self._read_json("data/metadata.json")
+            if not isinstance(self.metadata, dict):
+                raise SourceFormatError("data/metadata.json is not a JSON object")
+            self.data_format = self.metadata.get("data_format", "hdf5")
+        if self.data_format not in ("hdf5", *_ARROW_SUFFIX):
+            raise SourceFormatError(f"data/metadata.json: data_format {self.data_format!r} is not supported "
+                                    "(hdf5, arrow, parquet)")
+        self.version = str(self.metadata.get("minari_version") or ("0.4" if self.legacy else "0.5"))
+        self.jpeg = bool(self.metadata.get("jpeg_encoding", not self.legacy))
+        self._episode_dirs: dict[int, list[str]] = {}
+        self.features = self._features()
+
+    # ---- small I/O helpers -------------------------------------------------------------------------------------
+    def path(self, rel: str) -> str:
+        return join(self.root, rel)
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.path(rel))
+
+    def open_binary(self, rel: str):
+        return self.fs.open(self.path(rel), "rb")
+
+    def _read_json(self, rel: str) -> Any:
+        p = self.path(rel)
+        size = self.fs.size(p)
+        if size is not None and size > MAX_JSON_BYTES:
+            raise UnsafeInput(f"{rel}: {size} bytes exceeds the {MAX_JSON_BYTES}-byte metadata limit")
+        try:
+            with self.fs.open(p, "rb") as f:
+                return json.loads(f.read(MAX_JSON_BYTES + 1))
+        except json.JSONDecodeError as exc:
+            raise SourceFormatError(f"{rel}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+
+    def _file(self) -> Any:
+        """The open main_data.hdf5 (one handle per reader; reopened after unpickling)."""
+        if self._h5 is None:
+            import h5py
+
+            rel = f"data/{MAIN_FILE}"
+            try:
+                if is_local(self.fs):
+                    self._h5 = h5py.File(self.path(rel), "r", locking=False)
+                else:
+                    self._h5_file = self.open_binary(rel)
+                    self._h5 = h5py.File(self._h5_file, "r")
+            except FileNotFoundError as exc:
+                raise SourceFormatError(f"{rel}: file is missing") from exc
+            except OSError as exc:
+                raise SourceFormatError(f"{rel}: not a readable HDF5 file ({exc})") from exc
+        return self._h5
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_h5"] = state["_h5_file"] = None
+        return state
+
+    def close(self) -> None:
+        if self._h5 is not None:
+            self._h5.close()
+            self._h5 = None
+        if self._h5_file is not None:
+            self._h5_file.close()
+            self._h5_file = None
+
+    # ---- features ----------------------------------------------------------------------------------------------
+    def _features(self) -> dict[str, FeatureSpec]:
+        obs = parse_space(self.metadata.get("observation_space"), "observation_space")
+        act = parse_space(self.metadata.get("action_space"), "action_space")
+        first = self._first_episode_arrays()
+        feats: list[FeatureSpec] = []
+        for name, space in (("observations", obs), ("actions", act)):
+            if space is not None:
+                feats += space_features(space, name, self.jpeg, f"{name[:-1]}_space")
+            else:  # 0.4 files may carry only env_spec: take the structure from the data
+                feats += [_h5_feature(k, ds) for k, ds in first.items() if k == name or k.startswith(name + "/")]
+            if not any(f.key == name or f.key.startswith(name + "/") for f in feats):
+                raise SourceFormatError(f"{self.url}: no {name} found (no space in the metadata and no data)")
+        if any(f.kind == "image" for f in feats if f.key.startswith("actions")):
+            raise SourceFormatError("action_space: image action spaces are not supported")
+        for key in ("rewards", "terminations", "truncations"):
+            ds = first.get(key)
+            dtype = str(ds.dtype) if ds is not None and ds.dtype.kind in "biuf" else \
+                ("float64" if key == "rewards" else "bool")
+            feats.append(FeatureSpec(key, "tensor", dtype, ()))
+        for key, ds in first.items():
+            if key.split("/")[0] not in STEP_KEYS:
+                feats.append(_h5_feature(key, ds))
+        feats.append(FeatureSpec("is_terminal", "tensor", "bool", ()))
+        feats.append(FeatureSpec("discount", "tensor", "float32", ()))
+        return {f.key: f for f in feats}
+
+    def _first_episode_arrays(self) -> dict[str, Any]:
+        """Leaf datasets/columns of the first episode, for the parts no space describes (infos, extras)."""
+        ids = self._episode_ids()
+        if not ids:
+            return {}
+        if self.data_format == "hdf5":
+            group = self._file()[f"episode_{ids[0]}"]
+            return dict(_h5_leaves(group, "", f"data/{MAIN_FILE}"))
+        table = self._arrow_table(ids[0])
+        return {k: np.asarray(v) if not isinstance(v, list) else np.asarray(v, dtype=object)
+                for k, v in _arrow_flat(table, {}).items()}
+
+    # ---- discover ----------------------------------------------------------------------------------------------
+    def _episode_ids(self) -> list[int]:
+        if self.data_format == "hdf5":
+            ids = []
+            for name, _ in _h5_children(self._file(), f"data/{MAIN_FILE}"):
+                m = _EPISODE_GROUP.match(name)
+                if m:
+                    ids.append(int(m.group(1)))
+            return sorted(ids)
+        if not self._episode_dirs:
+            suffix = _ARROW_SUFFIX[self.data_format]
+            for p in sorted(self.fs.glob(self.path(f"data/*/*{suffix}"))):
+                d = posixpath.basename(posixpath.dirname(p))
+                if d.isdigit() and len(d) <= 12:
+                    self._episode_dirs.setdefault(int(d), []).append(posixpath.relpath(p, self.root))
+        return sorted(self._episode_dirs)
+
+    def episode_refs(self) -> list[EpisodeRef]:
+        ids = self._episode_ids()
+        check_count("number of episodes", len(ids), MAX_EPISODES)
+        refs = []
+        for i in ids:
+            if self.data_format == "hdf5":
+                group = self._file()[f"episode_{i}"]
+                rewards = group.get("rewards")
+                if rewards is None or not hasattr(rewards, "shape") or len(rewards.shape) < 1:
+                    raise SourceFormatError(f"data/{MAIN_FILE}: episode_{i} has no rewards dataset")
+                T = check_count(f"episode_{i} steps", int(rewards.shape[0]), MAX_EPISODE_LENGTH)
+                refs.append(EpisodeRef(i, T + 1, f"data/{MAIN_FILE}", source_id=f"episode_{i}"))
+            else:
+                meta = self._episode_meta(i)
+                T = check_count(f"data/{i}/metadata.json total_steps", meta.get("total_steps"), MAX_EPISODE_LENGTH)
+                refs.append(EpisodeRef(i, T + 1, self._episode_dirs[i][0], source_id=str(i)))
+        return refs
+
+    def _episode_meta(self, i: int) -> dict[str, Any]:
+        if self.data_format == "hdf5":
+            return {k: _jsonable(v) for k, v in self._file()[f"episode_{i}"].attrs.items()}
+        rel = f"data/{i}/metadata.json"
+        if not self.exists(rel):
+            return {}
+        meta = self._read_json(rel)
+        return meta if isinstance(meta, dict) else {}
+
+    def discover(self) -> Inventory:
+        refs = self.episode_refs()
+        md = self.metadata
+        name = md.get("dataset_id") if isinstance(md.get("dataset_id"), str) else posixpath.basename(self.root)
+        declared = {k: md.get(k) for k in ("total_episodes", "total_steps", "dataset_id", "minari_version",
+                                           "data_format", "jpeg_encoding", "author", "author_email",
+                                           "algorithm_name", "code_permalink", "description", "dataset_size")
+                    if k in md}
+        declared["data_format"] = self.data_format
+        for k in ("env_spec", "eval_env_spec", "observation_space", "action_space"):
+            if isinstance(md.get(k), str):
+                try:
+                    declared[k] = json.loads(md[k])
+                except json.JSONDecodeError:
+                    declared[k] = md[k]
+        inv = Inventory(dataset_name=name or "minari", dataset_root=self.url, source_format="minari",
+                        source_version=self.version, episodes_count=len(refs),
+                        total_steps=sum(r.length for r in refs), features=self.features, refs=refs, fps=self.fps,
+                        robot_type=(declared.get("env_spec") or {}).get("id") if isinstance(
+                            declared.get("env_spec"), dict) else None, declared=_jsonable(declared))
+        inv.findings = self._findings(inv)
+        return inv
+
+    def _findings(self, inv: Inventory) -> list[Finding]:
+        out: list[Finding] = []
+        transitions = sum(r.length - 1 for r in inv.refs)
+        n_eps, n_steps = inv.declared.get("total_episodes"), inv.declared.get("total_steps")
+        if isinstance(n_eps, int) and n_eps != inv.episodes_count:
+            out.append(Finding("error", "M101", f"metadata total_episodes={n_eps} but the data holds "
+                               f"{inv.episodes_count} episodes", n_eps, inv.episodes_count))
+        if isinstance(n_steps, int) and n_steps != transitions:
+            out.append(Finding("error", "M102", f"metadata total_steps={n_steps} but the episodes hold "
+                               f"{transitions} transitions", n_steps, transitions))
+        ids = [r.episode_index for r in inv.refs]
+        if ids != list(range(len(ids))):
+            out.append(Finding("warning", "M103", "episode ids are not contiguous 0..N-1"))
+        return out
+
+    # ---- load one episode --------------------------------------------------------------------------------------
+    def _arrow_table(self, i: int) -> Any:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+        import pyarrow.parquet as pq
+
+        if i not in self._episode_dirs:
+            self._episode_ids()
+        parts = self._episode_dirs.get(i)
+        if not parts:
+            raise DataMissing(f"data/{i}: episode {i} has no data files")
+        tables = []
+        for rel in parts:
+            try:
+                with self.open_binary(rel) as f:
+                    tables.append(ipc.open_file(f).read_all() if self.data_format == "arrow" else pq.read_table(f))
+            except (pa.ArrowException, OSError) as exc:
+                raise DataCorrupt(f"{rel}: unreadable {self.data_format} file ({exc})") from exc
+        try:
+            return pa.concat_tables(tables)
+        except pa.ArrowException as exc:
+            raise DataCorrupt(f"data/{i}: part files disagree ({exc})") from exc
+
+    def _raw_arrays(self, ref: EpisodeRef) -> tuple[dict[str, Any], int]:
+        """Leaf arrays keyed like the features, and T (transitions). Arrow columns are cut back to T rows."""
+        if self.data_format == "hdf5":
+            where = f"data/{MAIN_FILE}"
+            if ref.source_id not in self._file():
+                raise DataMissing(f"{where}: group {ref.source_id} is missing")
+            out: dict[str, Any] = {}
+            for key, ds in _h5_leaves(self._file()[ref.source_id], "", where):
+                _check_dataset(ds, where)
+                out[key] = ds[()]
+            if "rewards" not in out:
+                raise DataCorrupt(f"{where}: {ref.source_id} has no rewards")
+            return out, len(out["rewards"])
+        table = self._arrow_table(ref.episode_index)
+        flat = _arrow_flat(table, self.features)
+        n = table.num_rows
+        for key in ("actions", "rewards", "terminations", "truncations"):
+            for k in list(flat):
+                if k == key or k.startswith(key + "/"):
+                    flat[k] = flat[k][:n - 1]  # Arrow pads transitions to T+1 rows
+        return flat, n - 1
+
+    def load_episode(self, ref: EpisodeRef) -> Episode:
+        arrays, T = self._raw_arrays(ref)
+        n = T + 1
+        if n != ref.length:
+            raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} has {T} transitions, the index "
+                              f"says {ref.length - 1}")
+        ep = Episode(ref=ref, length=n)
+        for key, spec in self.features.items():
+            if key in ("is_terminal", "discount"):
+                continue
+            if key not in arrays:
+                raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} has no {key!r}")
+            value = arrays[key]
+            rows = len(value)
+            if rows == T and key.split("/")[0] != "observations" and n != T:
+                value = _pad(value, spec)
+            elif rows != n:
+                raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} {key!r} has {rows} rows, "
+                                  f"expected {n} (or {T} for transitions)")
+            if spec.kind == "image":
+                ep.images[key] = self._image_rows(value, spec, ref)
+            elif spec.kind == "string":
+                ep.columns[key] = np.asarray([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                                              for v in value], dtype=object)
+            else:
+                ep.columns[key] = self._tensor(np.asarray(value), spec, ref, n)
+        term = np.asarray(ep.columns["terminations"], dtype=bool).reshape(n)
+        is_terminal = np.zeros(n, dtype=bool)
+        if T:
+            is_terminal[-1] = term[T - 1]
+        discount = np.where(term, 0.0, 1.0).astype(np.float32)
+        discount[-1] = 0.0
+        ep.columns["is_terminal"], ep.columns["discount"] = is_terminal, discount
+        ep.step_tasks = [""] * n
+        meta = self._episode_meta(ref.episode_index) if self.data_format != "hdf5" else \
+            {k: _jsonable(v) for k, v in self._file()[ref.source_id].attrs.items()}
+        seed = meta.get("seed")
+        ep.metadata = {"episode_id": ref.episode_index, "file_path": ref.data_path,
+                       "seed": int(seed) if isinstance(seed, (int, float)) and not isinstance(seed, bool) else None}
+        return ep
+
+    @staticmethod
+    def _tensor(value: np.ndarray, spec: FeatureSpec, ref: EpisodeRef, n: int) -> np.ndarray:
+        per = int(np.prod(spec.shape)) if spec.shape else 1
+        if value.size != n * per:
+            raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} {spec.key!r} holds {value.size} "
+                              f"values, shape {list(spec.shape)} over {n} steps needs {n * per}")
+        try:
+            return value.astype(spec.dtype, copy=False).reshape((n, *spec.shape))
+        except (TypeError, ValueError) as exc:
+            raise DataCorrupt(f"{ref.data_path}: {spec.key!r} is not {spec.dtype}") from exc
+
+    @staticmethod
+    def _image_rows(value: Any, spec: FeatureSpec, ref: EpisodeRef) -> Any:
+        if spec.codec == "jpeg":  # 1-D vlen uint8 (or 2-D when every JPEG has the same size), or Arrow binary
+            out = []
+            for i, row in enumerate(value):
+                data = bytes(row) if isinstance(row, (bytes, bytearray)) else np.asarray(row, np.uint8).tobytes()
+                if data[:3] != b"\xff\xd8\xff":
+                    raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} {spec.key!r} row {i} is not "
+                                      "JPEG data")
+                out.append(data)
+            return out
+        arr = np.asarray(value)
+        h, w, c = spec.shape
+        if arr.dtype != np.uint8 or arr.size != len(arr) * h * w * c:
+            raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} {spec.key!r} is {arr.dtype} "
+                              f"{arr.shape}, expected uint8 frames of {h}x{w}x{c}")
+        return RawFrames(arr.reshape(len(arr), h, w, c))
+
+
+def _pad(value: Any, spec: FeatureSpec) -> Any:
+    """Append the invalid last step: zeros (False, empty text) for the transition columns."""
+    if isinstance(value, list):
+        return value + [b""]
+    arr = np.asarray(value)
+    return np.concatenate([arr, np.zeros((1, *arr.shape[1:]), dtype=arr.dtype)])
+
+
+def _arrow_flat(table: Any, features: dict[str, FeatureSpec]) -> dict[str, Any]:
+    """Arrow columns -> leaves keyed like the HDF5 layout (struct fields nest, Tuple fields become `_index_<i>`)."""
+    out: dict[str, Any] = {}
+    for name in table.column_names:
+        if name == "episode_id":
+            continue
+        _arrow_leaf(table.column(name).combine_chunks(), name, None, features, out)
+    return out
+
+
+def _arrow_leaf(arr: Any, key: str, field: Any, features: dict[str, FeatureSpec], out: dict[str, Any]) -> None:
+    import pyarrow as pa
+
+    t = arr.type
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            f = t.field(i)
+            sub = f"_index_{f.name}" if f.name.isdigit() else f.name
+            _arrow_leaf(arr.field(i), f"{key}/{sub}", f, features, out)
+        return
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        out[key] = [b if b is not None else b"" for b in arr.to_pylist()]
+        return
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        out[key] = np.asarray(arr.to_pylist(), dtype=object)
+        return
+    if pa.types.is_fixed_size_list(t):
+        values = arr.flatten().to_numpy(zero_copy_only=False)
+        spec = features.get(key)
+        shape: tuple[int, ...] = (t.list_size,)
+        meta = field.metadata if field is not None else None
+        if spec is not None and spec.kind == "tensor":
+            shape = spec.shape or (1,)
+        elif spec is not None and spec.kind == "image":
+            shape = spec.shape
+        elif meta and b"shape" in meta:
+            shape = tuple(int(d) for d in meta[b"shape"].split(b",") if d)
+        out[key] = values.reshape((len(arr), *shape))
+        return
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        raise DataCorrupt(f"column {key!r}: variable-length lists are not supported")
+    if arr.null_count:
+        arr = arr.fill_null(0) if not pa.types.is_boolean(t) else arr.fill_null(False)
+    out[key] = arr.to_numpy(zero_copy_only=False)
