@@ -50,13 +50,22 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
             lines.append(_row(fm.source, src_shape, src_dtype, "→", fm.target, fm.shape, fm.dtype, fm.transform))
         lines.append("")
     d = mapping.defaults
+
+    def narrowing(src: str | None) -> str:
+        f = feats.get(src or "")
+        return f" ({f.dtype}->float32)" if f is not None and f.dtype == "float64" else ""
+
     lines += ["## Default Values", "", _row("RLDS Key", "Value", "Reason"), _row("---", "---", "---"),
-              _row("reward", f"from `{d.reward_source}`" if d.reward_source else d.reward,
+              _row("reward", f"from `{d.reward_source}`{narrowing(d.reward_source)}" if d.reward_source else d.reward,
                    "source feature" if d.reward_source else "Not present in source"),
-              _row("discount", d.discount, "Standard default"),
+              _row("discount", f"from `{d.discount_source}`" if d.discount_source else d.discount,
+                   "source feature" if d.discount_source else "Standard default"),
               _row("is_terminal", f"from `{d.is_terminal_source}`" if d.is_terminal_source else d.is_terminal,
                    "source feature" if d.is_terminal_source else "Assume truncation, not termination"),
-              _row("is_first / is_last", "first / last step", "RLDS episode boundaries"),
+              _row("is_first", f"from `{d.is_first_source}`" if d.is_first_source else "first step",
+                   "source feature" if d.is_first_source else "RLDS episode boundary"),
+              _row("is_last", f"from `{d.is_last_source}`" if d.is_last_source else "last step",
+                   "source feature" if d.is_last_source else "RLDS episode boundary"),
               _row("language_instruction", "task text of the step (task_index)" if d.language_source == "task"
                    else "empty", "LeRobot tasks"), ""]
     lines += ["## Images", "", f"- encoding: {mapping.images.encoding.upper()}"
@@ -65,7 +74,8 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
     lines += ["## Episode Metadata", "", _row("RLDS Key", "Source"), _row("---", "---")]
     srcs = {"episode_id": "episode_index", "file_path": "data file of the episode, relative to the source root"}
     lines += [_row(f"episode_metadata/{k}", srcs.get(k, k)) for k in mapping.episode_metadata]
-    lines += [_row("(dataset) source_dataset_version", f'"{inv.source_version}" (in rlds_metadata.json)'), ""]
+    lines += [_row("(dataset) source format and version", f'"{inv.source_format} {inv.source_version}" '
+                   "(inventory.json, final_report.md)"), ""]
     removed = {k: "not in mapping.yaml (removed by the user)" for k in mapping.unmapped(feats)}
     if mapping.dropped or removed:
         lines += ["## Not Mapped", "", _row("Source Key", "Reason"), _row("---", "---")]
