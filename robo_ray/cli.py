@@ -29,6 +29,9 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-episodes", type=int, help="convert only the first N episodes")
     p.add_argument("--image-format", choices=("jpeg", "png"), help="image encoding (default jpeg q95)")
     p.add_argument("--overwrite", action="store_true", help="replace robo-ray outputs in DST")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run in DST: convert only the shards not yet committed "
+                        "(refused if the config differs, unless --overwrite)")
     p.add_argument("--mode", choices=MODES, default="in-process",
                    help="in-process (no Ray), safe (1 Ray actor), parallel-half, parallel-max")
     p.add_argument("--actors", type=int, help="explicit number of Ray actors")
@@ -100,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_dry_run(cfg)
     progress = _progress_printer()
     outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=progress,
-                           archive=args.archive)
+                           archive=args.archive, resume=args.resume)
     print(outcome.message)
     return outcome.exit_code
 

@@ -1,8 +1,22 @@
 """`robo-ray run`: discover -> spec -> plan -> convert -> validate -> publish, with a pluggable executor
-(in-process here; robo_ray.ray_exec provides the Ray actor-pool executor)."""
+(in-process here; robo_ray.ray_exec provides the Ray actor-pool executor).
+
+The conversion results flow into a `Publisher` (plain Python, no Ray): it appends progress.jsonl, keeps
+ledger.json (which shards are committed, their sizes and sha256), counts attempts per unit, and at the end writes
+the dataset's metadata (features.json, dataset_info.json: the commit), validates and publishes. In-process the
+Publisher is an ordinary object; the Ray executor runs the same class as a Ray actor.
+
+Resume (`resume=True`): the output's job.json and the ledger's plan fingerprint must equal this run's (else
+`OutputConflict`, or a fresh start with `overwrite=True`); a shard counts as done when its ledger entry matches the
+plan and the file's size (and sha256 with `verify_resume`) equals the entry. Only the other units run. Shard names
+come from the plan, so a redone unit rewrites the same bytes under the same name.
+"""
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -11,7 +25,7 @@ from typing import Any, Callable, Iterator, Protocol, TextIO
 
 from robo_ray.config import JobConfig
 from robo_ray.episode import QuarantineRecord
-from robo_ray.errors import DestinationNotEmpty, ValidationFailed
+from robo_ray.errors import DestinationNotEmpty, OutputConflict, ValidationFailed
 from robo_ray.mapping import Mapping, default_mapping
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
@@ -21,11 +35,18 @@ from robo_ray.stages.plan import Unit, plan_units
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
-from robo_ray.storage import join, url_to_fs, write_text_atomic
+from robo_ray.storage import is_local, join, sha256_file, url_to_fs, write_text_atomic
+from robo_ray.writers.rlds.schema import shard_filename
 from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
 
 OUR_OUTPUTS = ("rlds", "inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
-               "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json")
+               "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json",
+               "dataset_statistics.json")
+
+# quarantine codes for whole units that never produced a shard (a resume retries them)
+UNIT_CRASHED = "EP900"  # the worker process died on every attempt (segfault, abort, OOM kill)
+UNIT_FAILED = "EP901"  # the unit raised on every attempt, or the executor lost it
+UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED)
 
 
 def _now() -> str:
@@ -33,7 +54,12 @@ def _now() -> str:
 
 
 class Executor(Protocol):
-    """Runs units and yields their results (in any order)."""
+    """Runs units and yields their results (in any order).
+
+    An executor may also offer `run_job(units, job, spec, progress=..., stderr=...) -> RunOutcome`, taking over
+    conversion *and* publishing (the Ray executor runs the Publisher as an actor); `run_pipeline` uses it when
+    present and falls back to `run` + an in-process Publisher otherwise.
+    """
 
     name: str
 
@@ -126,75 +152,404 @@ def resolve_mapping(cfg: JobConfig, inv: Inventory) -> Mapping:
     return mapping
 
 
+# ---- resume: is the output the same job, and which shards are already committed ------------------------------
+def _config_view(cfg_dump: dict[str, Any]) -> dict[str, Any]:
+    """The part of job.json that decides "same job": everything but where the output is (we are reading it)."""
+    view = json.loads(json.dumps(cfg_dump))
+    view.get("target", {}).pop("url", None)
+    return view
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else k))
+    return out
+
+
+def config_differences(previous: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two job.json dumps (ignoring target.url)."""
+    a, b = _flat(_config_view(previous)), _flat(_config_view(current))
+    return sorted(k for k in set(a) | set(b) if a.get(k, "<unset>") != b.get(k, "<unset>"))
+
+
+def plan_fingerprint(mapping: Mapping, units: list[Unit]) -> dict[str, str]:
+    """Hashes of what the shards' bytes depend on besides the config: the mapping and the unit plan."""
+    plan = [[u.index, u.num_shards, [[r.episode_index, r.length, list(r.source_files())] for r in u.refs]]
+            for u in units]
+    return {"mapping": hashlib.sha256(mapping.model_dump_json().encode()).hexdigest(),
+            "plan": hashlib.sha256(json.dumps(plan).encode()).hexdigest()}
+
+
+def _read_json(fs, path: str) -> Any:
+    try:
+        return json.loads(fs.cat_file(path))
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError):
+        return None
+
+
+def committed_shards(fs, dataset_dir: str, mapping: Mapping, units: list[Unit], ledger: dict[str, Any] | None,
+                     verify: bool = True) -> list[ShardResult]:
+    """The ledger's shards that are really done: entry matches the plan, file size (and sha256) match.
+
+    Units quarantined as a whole (worker crashes, repeated failures) are not done: a resume retries them."""
+    done: list[ShardResult] = []
+    by_index = {u.index: u for u in units}
+    for entry in (ledger or {}).get("shards", []):
+        try:
+            res = ShardResult.from_dict(entry)
+        except TypeError:
+            continue
+        unit = by_index.get(res.shard_index)
+        if unit is None or res.filename != shard_filename(mapping.dataset_name, "train", unit.index,
+                                                          unit.num_shards):
+            continue
+        if any(q.get("code") in UNIT_FAILURE_CODES for q in res.quarantined):
+            continue
+        covered = [e for e, _ in res.episodes] + [q["episode_index"] for q in res.quarantined]
+        if sorted(covered) != sorted(unit.episode_indices):
+            continue
+        path = join(dataset_dir, res.filename)
+        try:
+            if fs.size(path) != res.num_bytes:
+                continue
+        except (FileNotFoundError, OSError):
+            continue
+        if verify and sha256_file(fs, path) != res.sha256:
+            continue
+        done.append(res)
+    return done
+
+
+def remove_stale_temps(fs, dataset_dir: str) -> int:
+    """Delete `<shard>.tmp-xxxx` files left by a writer that was killed (local filesystems only)."""
+    if not is_local(fs) or not fs.exists(dataset_dir):
+        return 0
+    n = 0
+    for name in os.listdir(dataset_dir):
+        if ".tmp-" in name:
+            try:
+                os.remove(os.path.join(dataset_dir, name))
+                n += 1
+            except FileNotFoundError:
+                pass
+    return n
+
+
+def quarantine_unit(writer: RldsWriter, unit: Unit, code: str, reason: str) -> ShardResult:
+    """Commit an empty shard for a unit that could not be converted, every episode quarantined with `reason`
+    (the shard file must exist: tfds derives shard names from the shard count)."""
+    eps = unit.episode_indices
+    span = f"{eps[0]}..{eps[-1]}" if len(eps) > 3 else ", ".join(map(str, eps))
+    sink = writer.open_shard(unit.index, unit.num_shards)
+    for ref in unit.refs:
+        sink.quarantine(QuarantineRecord(ref.episode_index, code, f"{reason} (unit {unit.index}, episodes {span})",
+                                         ref.data_path).to_dict())
+    return sink.commit()
+
+
+def quarantine_lines(res: ShardResult) -> list[str]:
+    return [QuarantineRecord(**q).line() for q in res.quarantined]
+
+
+# ---- the publisher -------------------------------------------------------------------------------------------
+@dataclass
+class PublishSpec:
+    """Everything the Publisher needs (picklable: it is shipped to a Ray actor)."""
+
+    cfg: JobConfig
+    mapping_json: str
+    inv: Inventory
+    units: list[Unit]
+    fingerprint: dict[str, str]
+    previous: list[dict[str, Any]] = field(default_factory=list)  # committed shards of a resumed run
+    executor_name: str = "in-process (1 worker)"
+    archive: bool = False
+    log_lines: list[str] = field(default_factory=list)
+    log_errors: list[str] = field(default_factory=list)
+    elapsed_before: float = 0.0  # seconds spent on discover/spec/plan
+
+
+class Publisher:
+    """Collects result rows: progress.jsonl, ledger.json, attempt counts; at the end commit, validate, publish.
+
+    Plain Python; `robo_ray.ray_exec` runs it as a Ray actor (then workers call `begin`/`record` remotely)."""
+
+    LEDGER_FLUSH_S = 1.0  # rewrite ledger.json at most this often (always at the end)
+
+    def __init__(self, spec: PublishSpec, log: RunLog | None = None, reader: Reader | None = None) -> None:
+        self.spec = spec
+        self.cfg = spec.cfg
+        self.mapping = Mapping.model_validate_json(spec.mapping_json)
+        self.fs, self.root = url_to_fs(self.cfg.target.url, self.cfg.target.storage_options)
+        self.writer = RldsWriter(self.cfg.target.url, self.mapping, self.cfg.target.storage_options)
+        self.units = {u.index: u for u in spec.units}
+        self.total_episodes = sum(len(u.refs) for u in spec.units)
+        self.total_steps = sum(r.length for u in spec.units for r in u.refs)
+        if log is None:  # inside an actor: buffer the echo, the driver prints what finish() returns
+            log = RunLog(stderr=io.StringIO(), lines=list(spec.log_lines), errors=list(spec.log_errors))
+        self.log = log
+        self._reader = reader
+        self.results: dict[int, ShardResult] = {}
+        for d in spec.previous:
+            r = ShardResult.from_dict(d)
+            self.results[r.shard_index] = r
+        self.resumed = set(self.results)
+        self.attempts: dict[int, int] = {}
+        self.started: dict[int, str] = {}
+        self.last_error: dict[int, str] = {}
+        self.workers: dict[int, list[str]] = {}
+        self._t0 = time.monotonic()
+        self._last_flush = 0.0
+        self._progress_path = join(self.root, "progress.jsonl")
+        self._ledger_path = join(self.root, "ledger.json")
+        self._progress_lines: list[str] = []
+        if not is_local(self.fs) and self.resumed and self.fs.exists(self._progress_path):
+            self._progress_lines = self.fs.cat_file(self._progress_path).decode().splitlines()
+        if not self.resumed:
+            self._write_progress_all([])
+        self.flush_ledger(force=True)
+
+    # ---- what to run ------------------------------------------------------------------------------------------
+    def pending(self) -> list[Unit]:
+        return [u for i, u in sorted(self.units.items()) if i not in self.results]
+
+    def status(self) -> dict[str, Any]:
+        done = [r for r in self.results.values()]
+        return {"units_done": len(done), "units_total": len(self.units),
+                "episodes_done": sum(len(r.episodes) + len(r.quarantined) for r in done),
+                "episodes_total": self.total_episodes,
+                "steps_done": sum(s for r in done for _, s in r.episodes),
+                "quarantined": sum(len(r.quarantined) for r in done)}
+
+    def set_executor_name(self, name: str) -> None:
+        self.spec.executor_name = name
+
+    def attempt_counts(self) -> dict[int, int]:
+        return dict(self.attempts)
+
+    def in_flight(self) -> dict[int, str]:
+        """Units begun but not recorded yet -> the worker of their latest attempt ("host:pid")."""
+        return {u: self.workers[u][-1] for u in self.attempts if u not in self.results and self.workers.get(u)}
+
+    # ---- called by workers ------------------------------------------------------------------------------------
+    def begin(self, unit_index: int, worker: str = "") -> dict[str, Any]:
+        """A worker starts a unit: count the attempt; hand back the result if the unit is already done."""
+        if unit_index in self.results:
+            return {"attempt": self.attempts.get(unit_index, 0), "done": self.results[unit_index].to_dict(),
+                    "last_error": None}
+        n = self.attempts.get(unit_index, 0) + 1
+        self.attempts[unit_index] = n
+        self.started.setdefault(unit_index, _now())
+        self.workers.setdefault(unit_index, []).append(worker)
+        if n > 1:
+            self.log.info(f"unit {unit_index}: attempt {n} on {worker or 'a worker'} "
+                          f"(previous: {self.last_error.get(unit_index, 'worker died')})")
+        return {"attempt": n, "done": None, "last_error": self.last_error.get(unit_index)}
+
+    def failed(self, unit_index: int, error: str) -> None:
+        self.last_error[unit_index] = error
+        self.log.info(f"unit {unit_index}: attempt {self.attempts.get(unit_index, 0)} raised {error}")
+
+    def record(self, row: ShardResult | dict[str, Any]) -> list[str]:
+        """A unit's shard is committed: journal it. Returns the problem lines echoed (empty when echoing live)."""
+        res = row if isinstance(row, ShardResult) else ShardResult.from_dict(row)
+        old = self.results.get(res.shard_index)
+        if old is not None and old.sha256 == res.sha256 and old.episodes == res.episodes:
+            return []  # a retried unit that had already been recorded: same bytes, nothing new
+        self.results[res.shard_index] = res
+        ts = _now()
+        started = self.started.get(res.shard_index)
+        lines: list[str] = []
+        for ep, steps in res.episodes:
+            rec = {"episode_id": ep, "status": "completed", "started_at": started, "completed_at": ts,
+                   "steps": steps, "shard": res.shard_index}
+            lines.append(json.dumps(rec))
+        echo_start = self.log.stderr.tell() if isinstance(self.log.stderr, io.StringIO) else None
+        for q in res.quarantined:
+            lines.append(json.dumps({"episode_id": q["episode_index"], "status": "failed", "started_at": started,
+                                     "completed_at": ts, "error": q["reason"], "code": q["code"],
+                                     "file": q.get("file"), "shard": None}))
+            self.log.problem(QuarantineRecord(**q).line())
+        self.log.info(f"shard {res.filename}: {len(res.episodes)} episodes, {res.num_bytes} bytes, "
+                      f"sha256 {res.sha256}")
+        self._append_progress(lines)
+        self.flush_ledger()
+        if echo_start is not None:
+            return self.log.stderr.getvalue()[echo_start:].splitlines()
+        return []
+
+    def fail_unit(self, unit_index: int, code: str, reason: str) -> ShardResult:
+        """Quarantine a whole unit (its shard is committed empty) and record it."""
+        res = quarantine_unit(self.writer, self.units[unit_index], code, reason)
+        self.record(res)
+        return res
+
+    # ---- journal ----------------------------------------------------------------------------------------------
+    def _write_progress_all(self, lines: list[str]) -> None:
+        self._progress_lines = list(lines)
+        write_text_atomic(self.fs, self._progress_path, "".join(f"{x}\n" for x in lines))
+
+    def _append_progress(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        if is_local(self.fs):
+            with open(self._progress_path, "a", encoding="utf-8") as f:
+                f.write("".join(f"{x}\n" for x in lines))
+                f.flush()
+                os.fsync(f.fileno())
+        else:  # object stores have no append: rewrite the object (one PUT)
+            self._write_progress_all(self._progress_lines + lines)
+
+    def ledger(self, complete: bool = False) -> dict[str, Any]:
+        return {"shards": [r.to_dict() for r in sorted(self.results.values(), key=lambda r: r.shard_index)],
+                "num_shards": len(self.units), "fingerprint": self.spec.fingerprint,
+                "attempts": {str(k): v for k, v in sorted(self.attempts.items())},
+                "resumed_shards": sorted(self.resumed), "complete": complete}
+
+    def flush_ledger(self, force: bool = False, complete: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_flush < self.LEDGER_FLUSH_S:
+            return
+        write_text_atomic(self.fs, self._ledger_path, json.dumps(self.ledger(complete), indent=2))
+        self._last_flush = now
+
+    # ---- the end ----------------------------------------------------------------------------------------------
+    def reader(self) -> Reader:
+        if self._reader is None:
+            src = self.cfg.source
+            self._reader = open_reader(src.url, src.format, src.storage_options)
+        return self._reader
+
+    def finish(self) -> tuple[RunOutcome, list[str]]:
+        """Commit (features.json, dataset_info.json), validate, publish. Returns the outcome and the problem
+        lines written during finish (for a caller whose log does not echo live)."""
+        echo_start = self.log.stderr.tell() if isinstance(self.log.stderr, io.StringIO) else None
+        for u in self.pending():  # an executor that lost a unit: never silently
+            self.fail_unit(u.index, UNIT_FAILED, "the executor returned no result for this unit")
+        removed = remove_stale_temps(self.fs, self.writer.dataset_dir)
+        if removed:
+            self.log.info(f"removed {removed} partial shard file(s) left by killed workers")
+        results = sorted(self.results.values(), key=lambda r: r.shard_index)
+        inv = self.spec.inv
+        self.writer.finalize(results, f"{inv.dataset_name} ({inv.source_format} {inv.source_version}) "
+                                      "converted by robo-ray")
+        ledger = self.ledger(complete=True)
+        self.flush_ledger(force=True, complete=True)
+        quarantined = [q for r in results for q in r.quarantined]
+        retried = {k: v for k, v in self.attempts.items() if v > 1}
+        if retried:
+            self.log.info(f"units retried: {retried}")
+        convert_seconds = self.spec.elapsed_before + time.monotonic() - self._t0
+        outcome = validate_and_publish(self.cfg, self.fs, self.root, self.mapping, inv, self.reader(), ledger,
+                                       self.log, self.spec.executor_name, convert_seconds, quarantined,
+                                       self.spec.archive)
+        echo = self.log.stderr.getvalue()[echo_start:].splitlines() if echo_start is not None else []
+        return outcome, echo
+
+
+# ---- the job -------------------------------------------------------------------------------------------------
 def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor | None = None,
                  stderr: TextIO | None = None, progress: Callable[[int, int], None] | None = None,
-                 archive: bool = False) -> RunOutcome:
-    """The whole job. Raises RoboRayError for usage/conflict problems; returns the outcome otherwise."""
+                 archive: bool = False, resume: bool = False, verify_resume: bool = True) -> RunOutcome:
+    """The whole job. Raises RoboRayError for usage/conflict problems; returns the outcome otherwise.
+
+    `resume=True` continues an interrupted run in the same destination (see the module docstring)."""
     t0 = time.monotonic()
     log = RunLog(stderr=stderr or sys.stderr)
     executor = executor or InProcessExecutor()
     reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options)
     out_fs, out_root = url_to_fs(cfg.target.url, cfg.target.storage_options)
-    prepare_destination(out_fs, out_root, overwrite, cfg.target.url)
+    cfg_dump = cfg.model_dump(mode="json", by_alias=True)
+    previous_ledger: dict[str, Any] | None = None
+    if resume:
+        resume, previous_ledger = _check_resume(out_fs, out_root, cfg, cfg_dump, overwrite)
+    else:
+        prepare_destination(out_fs, out_root, overwrite, cfg.target.url)
 
     inv = reader.discover()
     if cfg.max_episodes:
         inv.refs = inv.refs[:cfg.max_episodes]
         inv.episodes_count, inv.total_steps = len(inv.refs), sum(r.length for r in inv.refs)
+    mapping = resolve_mapping(cfg, inv)
+    units = plan_units(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
+    fingerprint = plan_fingerprint(mapping, units)
+    previous: list[ShardResult] = []
+    if resume:
+        old = (previous_ledger or {}).get("fingerprint")
+        if old is not None and old != fingerprint:
+            what = " and ".join(k for k in ("mapping", "plan") if old.get(k) != fingerprint[k])
+            if not overwrite:
+                raise OutputConflict(f"cannot resume into {cfg.target.url}: the {what} differ from the first run's "
+                                     "(source or mapping changed); use --overwrite to start over", code="RR401")
+            prepare_destination(out_fs, out_root, True, cfg.target.url)
+            resume = False
+        else:
+            dataset_dir = join(out_root, "rlds", mapping.dataset_name, mapping.version)
+            remove_stale_temps(out_fs, dataset_dir)
+            previous = committed_shards(out_fs, dataset_dir, mapping, units, previous_ledger, verify_resume)
+            info_path = join(dataset_dir, "dataset_info.json")
+            if len(previous) < len(units) and out_fs.exists(info_path):
+                out_fs.rm(info_path)  # un-commit: shards are about to change until the new commit
+
     write_discover_outputs(out_fs, out_root, inv)
     log.info("discover: " + summarize(inv).replace("\n", " | "))
     for f in inv.findings:
         log.info(f"discover finding {f.level}[{f.code}]: {f.message}")
-
-    mapping = resolve_mapping(cfg, inv)
     write_spec_outputs(out_fs, out_root, mapping, inv)
-    units = plan_units(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
-    write_text_atomic(out_fs, join(out_root, "job.json"),
-                      json.dumps(cfg.model_dump(mode="json", by_alias=True), indent=2, sort_keys=True))
+    write_text_atomic(out_fs, join(out_root, "job.json"), json.dumps(cfg_dump, indent=2, sort_keys=True))
     log.info(f"plan: {len(units)} units for {len(inv.refs)} episodes; executor {executor.name}")
+    if resume:
+        log.info(f"resume: {len(previous)} of {len(units)} shards already committed and verified; "
+                 f"converting {len(units) - len(previous)}")
 
     options = ConvertOptions(video_tolerance_s=cfg.convert.video_tolerance_s, nan_policy=cfg.convert.nan_policy,
                              decoder_threads=cfg.convert.decoder_threads,
                              source_storage_options=cfg.source.storage_options,
                              target_storage_options=cfg.target.storage_options)
     job = JobSpec(cfg.source.url, cfg.source.format, mapping.model_dump_json(), cfg.target.url, options)
-    results = _convert_all(executor, units, job, out_fs, out_root, log, progress)
+    spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint,
+                       previous=[r.to_dict() for r in previous], executor_name=executor.name, archive=archive,
+                       elapsed_before=time.monotonic() - t0)
+    run_job = getattr(executor, "run_job", None)
+    if run_job is not None:
+        spec.log_lines, spec.log_errors = list(log.lines), list(log.errors)
+        return run_job(units, job, spec, progress=progress, stderr=log.stderr)
 
-    writer = RldsWriter(cfg.target.url, mapping, cfg.target.storage_options)
-    writer.finalize(results, f"{inv.dataset_name} ({inv.source_format} {inv.source_version}) converted by robo-ray")
-    quarantined = [q for r in results for q in r.quarantined]
-    ledger = {"shards": [r.to_dict() for r in sorted(results, key=lambda r: r.shard_index)]}
-    write_text_atomic(out_fs, join(out_root, "ledger.json"), json.dumps(ledger, indent=2))
-
-    outcome = validate_and_publish(cfg, out_fs, out_root, mapping, inv, reader, ledger, log, executor.name,
-                                   time.monotonic() - t0, quarantined, archive)
-    return outcome
-
-
-def _convert_all(executor: Executor, units: list[Unit], job: JobSpec, fs, out_root: str, log: RunLog,
-                 progress: Callable[[int, int], None] | None) -> list[ShardResult]:
-    results: list[ShardResult] = []
-    total = sum(len(u.refs) for u in units)
-    done = 0
-    progress_lines: list[str] = []
-    for res in executor.run(units, job):
-        results.append(res)
-        ts = _now()
-        for ep, steps in res.episodes:
-            progress_lines.append(json.dumps({"episode_id": ep, "status": "completed", "completed_at": ts,
-                                              "steps": steps, "shard": res.shard_index}))
-        for q in res.quarantined:
-            progress_lines.append(json.dumps({"episode_id": q["episode_index"], "status": "failed",
-                                              "completed_at": ts, "error": q["reason"], "code": q["code"],
-                                              "file": q.get("file"), "shard": None}))
-            log.problem(QuarantineRecord(**q).line())
-        log.info(f"shard {res.filename}: {len(res.episodes)} episodes, {res.num_bytes} bytes, "
-                 f"sha256 {res.sha256}")
+    publisher = Publisher(spec, log=log, reader=reader)
+    pending = publisher.pending()
+    st = publisher.status()
+    done, total = st["episodes_done"], st["episodes_total"]
+    if progress and done:
+        progress(done, total)
+    for res in executor.run(pending, job):
+        publisher.record(res)
         done += len(res.episodes) + len(res.quarantined)
         if progress:
             progress(done, total)
-        write_text_atomic(fs, join(out_root, "progress.jsonl"), "\n".join(progress_lines) + "\n")
-    return results
+    outcome, _ = publisher.finish()
+    return outcome
+
+
+def _check_resume(fs, out_root: str, cfg: JobConfig, cfg_dump: dict[str, Any],
+                  overwrite: bool) -> tuple[bool, dict[str, Any] | None]:
+    """Decide whether the destination holds the same job. Returns (resuming, previous ledger)."""
+    prev_job = _read_json(fs, join(out_root, "job.json")) if fs.exists(out_root) else None
+    if prev_job is None:  # nothing committed yet (or a fresh destination): start clean, our files only
+        prepare_destination(fs, out_root, True, cfg.target.url)
+        return False, None
+    diffs = config_differences(prev_job, cfg_dump)
+    if diffs:
+        if not overwrite:
+            raise OutputConflict(f"cannot resume into {cfg.target.url}: the config differs from the first run's "
+                                 f"({', '.join(diffs[:6])}); use --overwrite to start over", code="RR401")
+        prepare_destination(fs, out_root, True, cfg.target.url)
+        return False, None
+    return True, _read_json(fs, join(out_root, "ledger.json"))
 
 
 def validate_and_publish(cfg: JobConfig, fs, out_root: str, mapping: Mapping, inv: Inventory, reader: Reader | None,

@@ -67,7 +67,8 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
               _row("is_last", f"from `{d.is_last_source}`" if d.is_last_source else "last step",
                    "source feature" if d.is_last_source else "RLDS episode boundary"),
               _row("language_instruction", "task text of the step (task_index)" if d.language_source == "task"
-                   else "empty", "LeRobot tasks"), ""]
+                   else "empty", "source task text" if d.language_source == "task" else "no task text in the source"),
+              ""]
     lines += ["## Images", "", f"- encoding: {mapping.images.encoding.upper()}"
               + (f" (quality {mapping.images.jpeg_quality})" if mapping.images.encoding == "jpeg" else " (lossless)"),
               f"- resize: {mapping.images.resize or 'none'}", ""]
