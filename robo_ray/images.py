@@ -44,7 +44,10 @@ class ImageEncoder:
         return buf.getvalue()
 
     def encode_frame(self, frame: av.VideoFrame, channels: int = 3) -> bytes:
-        """A decoded video frame -> encoded bytes (one RGB conversion, resized by swscale when asked)."""
+        """A decoded video frame -> encoded bytes. JPEG without resize goes straight from the decoder's YUV 4:2:0
+        planes (range-expanded to JFIF full range); otherwise one RGB conversion (resized by swscale when asked)."""
+        if self.fmt == "jpeg" and not self.resize and channels == 3 and _yuv_passthrough_ok(frame):
+            return _jpeg_from_yuv420(frame, self.quality)
         if self.resize:
             h, w = self.resize
             frame = frame.reformat(width=w, height=h, interpolation="AREA")
@@ -74,3 +77,30 @@ def decode_image(data: bytes, channels: int = 3) -> np.ndarray:
     except Exception as exc:  # PIL raises many types for bad data
         raise ImageDecodeError(f"cannot decode embedded image: {exc}") from exc
     return arr[:, :, None] if arr.ndim == 2 else arr
+
+
+# Limited ("MPEG", 16..235 / 16..240) -> full ("JPEG", 0..255) range lookup tables for the YUV fast path.
+_LUT_Y = np.clip(np.round((np.arange(256) - 16) * 255 / 219), 0, 255).astype(np.uint8)
+_LUT_C = np.clip(np.round((np.arange(256) - 128) * 255 / 224 + 128), 0, 255).astype(np.uint8)
+# Colorspaces whose matrix is the BT.601 one JPEG decoders assume (2 = unspecified, which swscale treats as 601).
+_BT601_FAMILY = {2, 5, 6}
+
+
+def _yuv_passthrough_ok(frame: av.VideoFrame) -> bool:
+    return (frame.format.name in ("yuv420p", "yuvj420p") and frame.width % 2 == 0 and frame.height % 2 == 0
+            and int(frame.colorspace) in _BT601_FAMILY)
+
+
+def _plane(frame: av.VideoFrame, index: int, w: int, h: int) -> np.ndarray:
+    p = frame.planes[index]
+    return np.frombuffer(p, np.uint8).reshape(h, p.line_size)[:, :w]
+
+
+def _jpeg_from_yuv420(frame: av.VideoFrame, quality: int) -> bytes:
+    w, h = frame.width, frame.height
+    y, u, v = _plane(frame, 0, w, h), _plane(frame, 1, w // 2, h // 2), _plane(frame, 2, w // 2, h // 2)
+    if frame.format.name == "yuv420p" and int(frame.color_range) != 2:  # 2 = JPEG/full range already
+        y, u, v = _LUT_Y[y], _LUT_C[u], _LUT_C[v]
+    else:
+        y, u, v = np.ascontiguousarray(y), np.ascontiguousarray(u), np.ascontiguousarray(v)
+    return simplejpeg.encode_jpeg_yuv_planes(y, u, v, quality=quality)

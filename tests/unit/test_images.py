@@ -1,0 +1,45 @@
+"""Image encoding: the YUV 4:2:0 JPEG fast path gives the same picture as the RGB path (range and colours)."""
+from __future__ import annotations
+
+import av
+import numpy as np
+import simplejpeg
+
+from robo_ray.images import ImageEncoder, _yuv_passthrough_ok, decode_image
+from tests.conftest import psnr
+from tests.fixtures.lerobot_gen import expected_frame
+
+
+def _yuv_frame(rgb: np.ndarray, fmt: str = "yuv420p") -> av.VideoFrame:
+    return av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format=fmt)
+
+
+def test_yuv_fast_path_matches_rgb_conversion() -> None:
+    enc = ImageEncoder("jpeg", 95)
+    for ep in range(3):
+        rgb = expected_frame(ep, 7, 1, 96, 128)
+        frame = _yuv_frame(rgb)
+        assert _yuv_passthrough_ok(frame)
+        fast = simplejpeg.decode_jpeg(enc.encode_frame(frame))
+        reference = frame.to_ndarray(format="rgb24")  # what PyAV's own conversion gives
+        assert psnr(fast, reference) > 38.0
+        assert np.abs(fast.astype(int).mean(axis=(0, 1)) - reference.astype(int).mean(axis=(0, 1))).max() < 2.0
+
+
+def test_saturated_colours_survive_the_fast_path() -> None:
+    rgb = np.zeros((32, 48, 3), np.uint8)
+    rgb[:, :16] = (220, 20, 20)
+    rgb[:, 16:32] = (20, 220, 20)
+    rgb[:, 32:] = (20, 20, 220)
+    out = decode_image(ImageEncoder("jpeg", 95).encode_frame(_yuv_frame(rgb)))
+    for x, want in ((8, (220, 20, 20)), (24, (20, 220, 20)), (40, (20, 20, 220))):
+        assert np.abs(out[16, x].astype(int) - np.array(want)).max() < 12, (x, out[16, x])
+
+
+def test_odd_sizes_and_resize_take_the_rgb_path() -> None:
+    rgb = expected_frame(0, 0, 0, 48, 64)
+    frame = _yuv_frame(rgb)
+    out = decode_image(ImageEncoder("jpeg", 95, resize=(24, 32)).encode_frame(frame))
+    assert out.shape == (24, 32, 3)
+    png = decode_image(ImageEncoder("png").encode_frame(frame))
+    np.testing.assert_array_equal(png, frame.to_ndarray(format="rgb24"))
