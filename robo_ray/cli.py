@@ -53,9 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("dst", nargs="?", help="where to write the files (default: print only)")
     d.add_argument("--format", dest="source_format")
     d.add_argument("--dry-run", action="store_true", help="print what a conversion would do")
+    sp = sub.add_parser("spec", help="inventory + mapping.md + mapping.yaml (edit it, pass back with --mapping)")
+    sp.add_argument("src")
+    sp.add_argument("dst")
+    _common_run_args(sp)
+    cv = sub.add_parser("convert", help="discover -> spec -> convert and commit; structural checks only "
+                                        "(then `validate` and `publish`)")
+    cv.add_argument("src")
+    cv.add_argument("dst")
+    _common_run_args(cv)
     v = sub.add_parser("validate", help="re-validate a finished output folder")
     v.add_argument("dst")
     v.add_argument("--no-tfds", action="store_true", help="skip the tfds read-back")
+    pb = sub.add_parser("publish", help="validate and write final_report.md, checksums, logs (and an archive)")
+    pb.add_argument("dst")
+    pb.add_argument("--archive", action="store_true", help="also write <name>.tar.gz of the dataset")
+    pb.add_argument("--no-tfds", action="store_true", help="skip the tfds read-back")
     demo = sub.add_parser("demo", help="convert the bundled example and show how to load it")
     demo.add_argument("dst", nargs="?", default="demo_output")
     return parser
@@ -139,26 +152,85 @@ def cmd_discover(args: argparse.Namespace) -> int:
     return 3 if errors else 0
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _load_output(dst: str) -> dict[str, Any]:
+    """A finished output folder: its mapping, ledger, job config, and the source re-discovered."""
+    from robo_ray.config import JobConfig
     from robo_ray.readers import open_reader
     from robo_ray.stages.spec import load_mapping
-    from robo_ray.stages.validate import Validator, write_validation_outputs
     from robo_ray.storage import join, url_to_fs
 
-    fs, root = url_to_fs(args.dst)
+    fs, root = url_to_fs(dst)
     for name in ("mapping.yaml", "inventory.json", "ledger.json"):
         if not fs.exists(join(root, name)):
-            raise UsageError(f"{args.dst} is not a robo-ray output folder ({name} missing)")
+            raise UsageError(f"{dst} is not a robo-ray output folder ({name} missing)")
     mapping = load_mapping(fs.cat_file(join(root, "mapping.yaml")).decode(), "mapping.yaml")
     inv_json = json.loads(fs.cat_file(join(root, "inventory.json")))
     ledger = json.loads(fs.cat_file(join(root, "ledger.json")))
     job = json.loads(fs.cat_file(join(root, "job.json"))) if fs.exists(join(root, "job.json")) else {}
-    reader = open_reader(inv_json["dataset_root"], job.get("source", {}).get("format"))
+    cfg = JobConfig.model_validate(job) if job else JobConfig()
+    reader = open_reader(inv_json["dataset_root"], cfg.source.format, cfg.source.storage_options)
     inv = reader.discover()
-    max_eps = job.get("max_episodes")
-    if max_eps:
-        inv.refs = inv.refs[:max_eps]
-    res = Validator(fs, root, mapping, inv, reader, ledger, tfds_readback=not args.no_tfds).run()
+    if cfg.max_episodes:
+        inv.refs = inv.refs[:cfg.max_episodes]
+    return {"fs": fs, "root": root, "mapping": mapping, "ledger": ledger, "cfg": cfg, "reader": reader, "inv": inv}
+
+
+def cmd_spec(args: argparse.Namespace) -> int:
+    from robo_ray.readers import open_reader
+    from robo_ray.stages.discover import summarize, write_discover_outputs
+    from robo_ray.stages.pipeline import resolve_mapping
+    from robo_ray.stages.spec import write_spec_outputs
+    from robo_ray.storage import url_to_fs
+
+    cfg = _config(args)
+    inv = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options).discover()
+    mapping = resolve_mapping(cfg, inv)
+    fs, root = url_to_fs(cfg.target.url, cfg.target.storage_options)
+    fs.makedirs(root, exist_ok=True)
+    write_discover_outputs(fs, root, inv)
+    write_spec_outputs(fs, root, mapping, inv)
+    print(summarize(inv))
+    print(f"wrote {args.dst}/mapping.md and mapping.yaml (edit, then: robo-ray run SRC DST2 --mapping "
+          f"{args.dst}/mapping.yaml)")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    args.set = [*args.set, "validate.sample_episodes=0", "validate.tfds_readback=false"]
+    code = cmd_run(args)
+    print(f"next: robo-ray validate {args.dst} && robo-ray publish {args.dst}")
+    return code
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from robo_ray.stages.pipeline import RunLog, validate_and_publish
+
+    out = _load_output(args.dst)
+    cfg = out["cfg"]
+    if args.no_tfds:
+        cfg.validate_.tfds_readback = False
+    quarantined = [q for s in out["ledger"].get("shards", []) for q in s.get("quarantined", [])]
+    fs, root = out["fs"], out["root"]
+
+    def previous(name: str) -> list[str]:
+        path = f"{root}/logs/{name}"
+        return fs.cat_file(path).decode().splitlines() if fs.exists(path) else []
+
+    log = RunLog(lines=[ln for ln in previous("convert.log") if ln], errors=[ln for ln in previous("errors.log") if ln])
+    outcome = validate_and_publish(cfg, fs, root, out["mapping"], out["inv"], out["reader"], out["ledger"], log,
+                                   "publish (re-run)", 0.0, quarantined, args.archive)
+    print(outcome.message)
+    return outcome.exit_code
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from robo_ray.stages.validate import Validator, write_validation_outputs
+
+    out = _load_output(args.dst)
+    fs, root, mapping = out["fs"], out["root"], out["mapping"]
+    res = Validator(fs, root, mapping, out["inv"], out["reader"], out["ledger"],
+                    tfds_readback=not args.no_tfds,
+                    allow_nonfinite=out["cfg"].convert.nan_policy == "allow").run()
     write_validation_outputs(fs, root, res, mapping.dataset_name, 0.0)
     for c in res.checks:
         if not c.passed:
@@ -203,7 +275,8 @@ def _progress_printer():
     return update
 
 
-COMMANDS = {"run": cmd_run, "discover": cmd_discover, "validate": cmd_validate, "demo": cmd_demo}
+COMMANDS = {"run": cmd_run, "discover": cmd_discover, "spec": cmd_spec, "convert": cmd_convert,
+            "validate": cmd_validate, "publish": cmd_publish, "demo": cmd_demo}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
