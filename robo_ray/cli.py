@@ -38,6 +38,7 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", help="Ray address: auto | ray://host:port | local (default: in-process ray.init)")
     p.add_argument("--archive", action="store_true", help="also write <name>.tar.gz of the dataset")
     p.add_argument("--dry-run", action="store_true", help="print what a conversion would do, write nothing")
+    p.add_argument("--to", choices=("rlds", "ortf"), default="rlds", help="target format (default rlds)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,11 +115,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.dry_run:
         return cmd_dry_run(cfg)
+    if args.to == "ortf":
+        return cmd_to_ortf(args, cfg)
     progress = _progress_printer()
     outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=progress,
                            archive=args.archive, resume=args.resume)
     print(outcome.message)
     return outcome.exit_code
+
+
+def cmd_to_ortf(args: argparse.Namespace, cfg: Any) -> int:
+    """`run --to ortf`: write an ORTF v0.2 dataset (in-process); quarantined episodes are listed, exit 3."""
+    from robo_ray.episode import QuarantineRecord
+    from robo_ray.writers.ortf import write_ortf
+
+    res = write_ortf(cfg.source.url, cfg.target.url, source_format=cfg.source.format,
+                     storage_options=cfg.source.storage_options, out_storage_options=cfg.target.storage_options,
+                     max_episodes=cfg.max_episodes, lossless=cfg.images.encoding == "png", name=cfg.target.name,
+                     overwrite=args.overwrite)
+    for q in res.quarantined:
+        print(QuarantineRecord(**q).line(), file=sys.stderr)
+    print(f"{res.episodes} episodes / {res.steps} steps written as ORTF v0.2 to {cfg.target.url}; "
+          f"{len(res.quarantined)} quarantined")
+    return 3 if res.quarantined else 0
 
 
 def cmd_dry_run(cfg: Any) -> int:

@@ -29,7 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from robo_ray.errors import DestinationNotEmpty
+from robo_ray.episode import QuarantineRecord
+from robo_ray.errors import DestinationNotEmpty, EpisodeError
 from robo_ray.images import decode_image
 from robo_ray.mapping import FieldMap, ImageOptions, Mapping, default_mapping
 from robo_ray.readers import open_reader
@@ -47,6 +48,7 @@ class OrtfWriteResult:
     steps: int
     cameras: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -199,7 +201,8 @@ def write_ortf(source_url: str, out_url: str, *, source_format: str | None = Non
         finally:
             conv.close()
     _write_meta(out, inv, mapping, layout, result, rate, name, created_at, lossless)
-    return OrtfWriteResult(out_url, result["episodes"], result["steps"], list(layout.cameras), out.files)
+    return OrtfWriteResult(out_url, result["episodes"], result["steps"], list(layout.cameras), out.files,
+                           result["quarantined"])
 
 
 def _write(conv: UnitConverter, refs: list, mapping: Mapping, layout: _Layout, out: _Out, fps: float,
@@ -211,8 +214,13 @@ def _write(conv: UnitConverter, refs: list, mapping: Mapping, layout: _Layout, o
     shapes: dict[str, list[int]] = {}
     stats: dict[str, list[np.ndarray]] = {}
     start = 0
+    quarantined: list[dict[str, Any]] = []
     for ref in refs:
-        steps, meta = conv.convert_episode(ref)
+        try:
+            steps, meta = conv.convert_episode(ref)
+        except EpisodeError as exc:  # nothing lost silently: recorded and reported, the rest converts
+            quarantined.append(QuarantineRecord(ref.episode_index, exc.code, str(exc), ref.data_path).to_dict())
+            continue
         n = len(steps["is_first"])
         chunk = ref.episode_index // chunk_size
         ep_id = f"{ref.episode_index:06d}"
@@ -271,7 +279,7 @@ def _write(conv: UnitConverter, refs: list, mapping: Mapping, layout: _Layout, o
         stat_json[col] = {"mean": a.mean(0).tolist(), "std": a.std(0).tolist(), "min": a.min(0).tolist(),
                           "max": a.max(0).tolist(), "count": int(a.shape[0])}
     out.put_text("meta/stats.json", json.dumps(stat_json, indent=2))
-    return {"episodes": len(rows), "steps": start, "shapes": shapes}
+    return {"episodes": len(rows), "steps": start, "shapes": shapes, "quarantined": quarantined}
 
 
 def _decode_png(data: bytes, depth: bool, channels: int) -> np.ndarray:
