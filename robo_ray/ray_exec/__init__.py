@@ -1,0 +1,5 @@
+"""Ray execution of the Convert stage (actor pool via Ray Data) and the Publisher actor. The only package of
+robo_ray that imports Ray; see executor.py for the design."""
+from robo_ray.ray_exec.executor import RayExecutor, actors_for_mode
+
+__all__ = ["RayExecutor", "actors_for_mode"]
