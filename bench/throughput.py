@@ -1,0 +1,170 @@
+"""Throughput against the decode limit (not a test): in one run on one machine, measure
+
+  (a) the decode-only ceiling: every source MP4 decoded with PyAV (single-threaded decoder, as in an actor),
+      spread over N processes for each N in --actors;
+  (b) a full `robo-ray run` with each actor count (Ray actor pool; validation reduced to structural checks),
+
+and print frames/s for each, the ratio (b)/(a) at equal N, the scaling of (b) from 1 to N actors, peak RSS per
+actor and output bytes per frame. Results go to bench/results/throughput-<dataset>.json and .md.
+
+    python -m bench.throughput ../shared/real/g1_v21_30ep --actors 1,2
+    python -m bench.throughput --generate h264 --episodes 50 --frames 300 --actors 1,2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import av
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _decode_file(path: str) -> int:
+    n = 0
+    with av.open(path) as c:
+        s = c.streams.video[0]
+        s.thread_type = "SLICE"
+        s.codec_context.thread_count = 1
+        for _ in c.decode(s):
+            n += 1
+    return n
+
+
+def decode_ceiling(files: list[str], procs: int) -> dict[str, float]:
+    """Decode every file once, `procs` files at a time; frames/s over the wall time."""
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=procs) as pool:
+        frames = sum(pool.map(_decode_file, sorted(files, key=lambda f: -os.path.getsize(f))))
+    dt = time.perf_counter() - t0
+    return {"processes": procs, "frames": frames, "seconds": dt, "fps": frames / dt}
+
+
+class RssSampler(threading.Thread):
+    """Peak RSS of each Ray actor process (ray::MapWorker / UnitWorker) under a command's process tree."""
+
+    def __init__(self, pid: int, period: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.period = pid, period
+        self.peak: dict[int, int] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                procs = psutil.Process(self.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                return
+            for p in procs:
+                try:
+                    name = " ".join(p.cmdline()[:1])
+                    if "MapWorker" in name or "UnitWorker" in name:
+                        self.peak[p.pid] = max(self.peak.get(p.pid, 0), p.memory_info().rss)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            time.sleep(self.period)
+
+
+def full_run(src: str, actors: int, workdir: Path) -> dict[str, Any]:
+    out = workdir / f"out-{actors}"
+    cmd = [sys.executable, "-m", "robo_ray.cli", "run", src, str(out), "--actors", str(actors), "--overwrite",
+           "--set", "validate.sample_episodes=0", "--set", "validate.tfds_readback=false",
+           "--set", "convert.max_quarantine_fraction=1.0"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    sampler = RssSampler(proc.pid)
+    sampler.start()
+    stdout, stderr = proc.communicate()
+    wall = time.perf_counter() - t0
+    sampler.stop.set()
+    if proc.returncode != 0:
+        raise SystemExit(f"robo-ray run failed ({proc.returncode}):\n{stderr[-2000:]}")
+    ledger = json.loads((out / "ledger.json").read_text())
+    frames_steps = sum(s for sh in ledger["shards"] for _, s in sh["episodes"])
+    nbytes = sum(sh["num_bytes"] for sh in ledger["shards"])
+    inv = json.loads((out / "inventory.json").read_text())
+    cams = sum(1 for f in inv["features"].values() if f["source"] == "video")
+    frames = frames_steps * max(cams, 1)
+    convert_s = _convert_seconds(out) or wall
+    return {"actors": actors, "frames": frames, "wall_seconds": wall, "convert_seconds": convert_s,
+            "fps": frames / convert_s, "fps_wall": frames / wall,
+            "peak_rss_mb_per_actor": sorted(round(v / 2**20) for v in sampler.peak.values()),
+            "output_bytes_per_frame": nbytes / max(frames, 1)}
+
+
+def _convert_seconds(out: Path) -> float | None:
+    """From the first to the last shard line of logs/convert.log (excludes Ray start-up and validation)."""
+    from datetime import datetime
+
+    log = out / "logs" / "convert.log"
+    if not log.exists():
+        return None
+    stamps = []
+    for line in log.read_text().splitlines():
+        if " plan: " in line or " shard " in line:
+            stamps.append(datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%SZ"))
+    return (stamps[-1] - stamps[0]).total_seconds() if len(stamps) >= 2 else None
+
+
+def video_files(src: Path) -> list[str]:
+    return [str(p) for p in sorted(src.rglob("*.mp4"))]
+
+
+def generate(codec: str, episodes: int, frames: int, root: Path) -> Path:
+    sys.path.insert(0, str(REPO))
+    from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
+
+    spec = DatasetSpec(version="v3.0", episode_lengths=[frames] * episodes, fps=30, episodes_per_file=10,
+                       cameras=[CameraSpec("observation.images.top", codec, 480, 640),
+                                CameraSpec("observation.images.wrist", codec, 480, 640)])
+    return write_lerobot_dataset(root / f"gen_v30_{codec}_{episodes}x{frames}", spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset", nargs="?")
+    ap.add_argument("--generate", choices=("h264", "av1", "hevc"))
+    ap.add_argument("--episodes", type=int, default=50)
+    ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--actors", default="1,2")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    args = ap.parse_args(argv)
+    actor_counts = [int(x) for x in args.actors.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        src = generate(args.generate, args.episodes, args.frames, work) if args.generate else Path(args.dataset)
+        files = video_files(src)
+        ceiling = {n: decode_ceiling(files, n) for n in actor_counts}
+        runs = {n: full_run(str(src), n, work) for n in actor_counts}
+    name = src.name
+    result = {"dataset": name, "cpus": os.cpu_count(), "decode_only": ceiling, "robo_ray": runs,
+              "ratio_to_ceiling": {n: runs[n]["fps"] / ceiling[n]["fps"] for n in actor_counts},
+              "scaling_vs_1_actor": {n: runs[n]["fps"] / runs[actor_counts[0]]["fps"] for n in actor_counts}}
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / f"throughput-{name}.json").write_text(json.dumps(result, indent=2))
+    md = [f"### {name} ({os.cpu_count()} CPUs)", "",
+          "| actors | decode-only fps | robo-ray fps | ratio | scaling | peak RSS/actor MB | bytes/frame |",
+          "|---|---|---|---|---|---|---|"]
+    for n in actor_counts:
+        r = runs[n]
+        md.append(f"| {n} | {ceiling[n]['fps']:.0f} | {r['fps']:.0f} | {result['ratio_to_ceiling'][n]:.2f} | "
+                  f"{result['scaling_vs_1_actor'][n]:.2f} | {max(r['peak_rss_mb_per_actor'] or [0])} | "
+                  f"{r['output_bytes_per_frame']:.0f} |")
+    (outdir / f"throughput-{name}.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
