@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from robo_ray.errors import RoboRayError, UsageError
+from robo_ray.secrets import redact
 
 MODES = ("in-process", "safe", "parallel-half", "parallel-max")
 
@@ -120,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = _progress_printer()
     outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=progress,
                            archive=args.archive, resume=args.resume)
-    print(outcome.message)
+    print(redact(outcome.message))
     return outcome.exit_code
 
 
@@ -307,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RoboRayError as exc:
         if args.debug:
             raise
-        print(exc.line(), file=sys.stderr)
+        print(redact(exc.line()), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("error[RR100]: interrupted", file=sys.stderr)
@@ -315,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # last resort: still one line unless --debug
         if args.debug:
             raise
-        print(f"error[RR001]: unexpected {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
+        print(redact(f"error[RR001]: unexpected {type(exc).__name__}: {exc} (rerun with --debug for a traceback)"),
               file=sys.stderr)
         return 1
 

@@ -61,6 +61,22 @@ class JobConfig(BaseModel):
     mapping_file: str | None = None
     max_episodes: int | None = Field(None, ge=1)
 
+    def safe_dump(self) -> dict[str, Any]:
+        """`model_dump(mode="json", by_alias=True)` with credentials masked (storage option values such as
+        `secret`, `key`, `token`; passwords and signatures in URLs): what job.json, reports and logs may hold.
+
+        Two dumps of the same job with different credentials are equal, so a resume with rotated keys is still
+        "the same job"."""
+        from robo_ray.secrets import redact_options, redact_url
+
+        data = self.model_dump(mode="json", by_alias=True)
+        for section in ("source", "target"):
+            sec = data.get(section) or {}
+            if sec.get("url"):
+                sec["url"] = redact_url(sec["url"])
+            sec["storage_options"] = redact_options(sec.get("storage_options") or {})
+        return data
+
 
 def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
     parts = dotted.split(".")

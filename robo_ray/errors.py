@@ -108,3 +108,32 @@ class NonFiniteValue(EpisodeError):
 
 class ImageDecodeError(EpisodeError):
     code = "EP204"
+
+
+class StorageError(RoboRayError):
+    """A storage operation failed for good (after the transport's retries); the message names the URL (exit 1).
+
+    Not an episode problem: the unit that hit it fails (and is retried by the executor), the run reports it."""
+
+    code = "RR600"
+    exit_code = 1
+
+
+class BucketNotFound(StorageError):
+    """The bucket of an s3:// or gs:// URL does not exist (exit 2: fix the URL)."""
+
+    code = "RR601"
+    exit_code = 2
+
+
+class StorageUnreachable(StorageError):
+    """The storage endpoint did not answer (connection refused, DNS, timeout) within the retry budget."""
+
+    code = "RR602"
+
+
+class StorageAccessDenied(StorageError):
+    """The credentials were refused or lack a permission (exit 2: fix the credentials or the policy)."""
+
+    code = "RR603"
+    exit_code = 2

@@ -1,22 +1,159 @@
-"""fsspec URLs -> filesystems, joins, atomic writes, sha256. Every dataset path goes through here."""
+"""fsspec URLs -> filesystems, joins, atomic writes, exclusive create, sha256. Every dataset path goes through here.
+
+URLs: local paths, `s3://bucket/prefix`, `gs://bucket/prefix`, `hf://datasets/<org>/<repo>[@revision]/...`,
+`memory://` (tests). Storage options come from the job config (`source.storage_options`,
+`target.storage_options`) and are handed to fsspec unchanged, except for these defaults:
+
+* s3: botocore "standard" retry mode, 5 attempts (throttling, 5xx, resets and connection errors are retried with
+  exponential backoff and jitter) unless the options or AWS_MAX_ATTEMPTS / AWS_RETRY_MODE say otherwise; s3fs's
+  own timeouts (connect 5 s, read 15 s) and its retries of SlowDown / dropped reads stay on. Endpoint overrides:
+  `client_kwargs.endpoint_url`, `endpoint_url`, or AWS_ENDPOINT_URL(_S3) in the environment (MinIO, Ceph, R2...).
+* gs: gcsfs retries 429/5xx/connection errors 6 times with exponential backoff; STORAGE_EMULATOR_HOST or
+  `endpoint_url` points it elsewhere.
+* hf: `revision` in the options becomes `@revision` in the path (HfFileSystem's form).
+
+Before a filesystem is handed out for an s3/gs URL, its bucket is probed once per process (a 1-key listing under
+the URL's prefix, bounded by ROBO_RAY_STORAGE_PROBE_TIMEOUT_S, default 60 s); an hf:// URL's repository and
+revision are resolved. A missing bucket/repository, refused credentials or an endpoint that does not answer become
+one `StorageError` line naming the URL, instead of a traceback or a hang later.
+
+Writes: local = temp file + fsync + os.replace; object stores = one PUT (or a multipart / resumable upload) to the
+final key, never a rename (`open_upload`/`discard_upload` for streamed shards). `create_exclusive` is the
+conditional create for commit markers (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`, local hard link).
+Text written through `write_text_atomic` is passed through `secrets.redact` first.
+"""
 from __future__ import annotations
 
+import errno
 import hashlib
+import logging
 import os
 import posixpath
+import re
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from robo_ray.errors import (BucketNotFound, ConfigError, RoboRayError, StorageAccessDenied, StorageError,
+                             StorageUnreachable)
+from robo_ray.secrets import redact, redact_url, register_options
 
-def url_to_fs(url: str, storage_options: dict[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Resolve a URL (local path, s3://, gs://, hf://, memory://) to (filesystem, root path)."""
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+OBJECT_STORES = ("s3", "s3a", "gs", "gcs")
+PROBE_TIMEOUT_ENV = "ROBO_RAY_STORAGE_PROBE_TIMEOUT_S"
+DEFAULT_PROBE_TIMEOUT_S = 60.0
+DEFAULT_S3_ATTEMPTS = 5
+# streamed uploads: parts of this size (S3 multipart minimum is 5 MiB; GCS chunks must be multiples of 256 KiB)
+UPLOAD_BLOCK = 16 << 20
+# remote sequential reads (video): fetch this much per GET, keep one such block per open file
+STREAM_BLOCK = 8 << 20
+
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+_probed: set[tuple[str, str]] = set()
+
+
+class _DropRetryTracebacks(logging.Filter):
+    """gcsfs logs `logger.exception(...)` when it gives up; we report that error ourselves, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        return not ("out of retries" in msg or "non-retriable exception" in msg)
+
+
+for _name in ("gcsfs", "gcsfs.retry", "gcsfs.core"):
+    _lg = logging.getLogger(_name)
+    _lg.addFilter(_DropRetryTracebacks())
+    if not _lg.handlers:
+        _lg.addHandler(logging.NullHandler())  # never Python's last-resort stderr handler
+
+
+# ---- URLs -> filesystems ----------------------------------------------------------------------------------------
+def scheme_of(url: str) -> str:
+    m = _SCHEME.match(url or "")
+    return m.group(1).lower() if m else "file"
+
+
+def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
+    p = fs.protocol
+    return (p[0] if isinstance(p, (tuple, list)) else p) or "file"
+
+
+def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
+    return protocol_of(fs) in OBJECT_STORES
+
+
+def url_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """The URL of a filesystem path (`bucket/key` -> `s3://bucket/key`; local paths stay paths)."""
+    if is_local(fs):
+        return path
+    try:
+        return fs.unstrip_protocol(path)
+    except Exception:  # noqa: BLE001 - only for messages
+        return f"{protocol_of(fs)}://{path}"
+
+
+def _s3_options(opts: dict[str, Any]) -> dict[str, Any]:
+    cfg = dict(opts.get("config_kwargs") or {})
+    if "retries" not in cfg and not (os.environ.get("AWS_MAX_ATTEMPTS") or os.environ.get("AWS_RETRY_MODE")):
+        cfg["retries"] = {"max_attempts": DEFAULT_S3_ATTEMPTS, "mode": "standard"}
+    if cfg:
+        opts["config_kwargs"] = cfg
+    return opts
+
+
+def _hf_revision(url: str, opts: dict[str, Any]) -> str:
+    """hf://datasets/org/repo/sub + revision=R -> hf://datasets/org/repo@R/sub (R URL-encoded, as HfFileSystem
+    wants for branch names with slashes such as refs/pr/1)."""
+    revision = opts.pop("revision", None)
+    if revision in (None, ""):
+        return url
+    rest = url[len("hf://"):]
+    parts = rest.split("/")
+    n = 3 if parts and parts[0] in ("datasets", "spaces", "models") else 2
+    if len(parts) < n:
+        raise ConfigError(f"{url}: expected hf://datasets/<org>/<repo>[/path]")
+    repo_seg = parts[n - 1]
+    if "@" in repo_seg:
+        current = repo_seg.split("@", 1)[1]
+        if current not in (str(revision), quote(str(revision), safe="")):
+            raise ConfigError(f"{url}: the URL names revision {current!r} and storage_options.revision is "
+                              f"{revision!r}; give one")
+        return url
+    parts[n - 1] = f"{repo_seg}@{quote(str(revision), safe='')}"
+    return "hf://" + "/".join(parts)
+
+
+def url_to_fs(url: str, storage_options: dict[str, Any] | None = None,
+              probe: bool = True) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Resolve a URL (local path, s3://, gs://, hf://, memory://) to (filesystem, root path).
+
+    For s3/gs the bucket is probed once per process (see the module docstring) unless `probe=False`."""
+    opts = dict(storage_options or {})
+    register_options(opts)
+    scheme = scheme_of(url)
+    if scheme in OBJECT_STORES and "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        raise ConfigError(f"{redact_url(url)}: credentials in the URL are not supported; use storage_options "
+                          "(key/secret, token) or the environment")
+    if scheme in ("s3", "s3a"):
+        opts = _s3_options(opts)
+    elif scheme == "hf":
+        url = _hf_revision(url, opts)
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **opts)
+    except ImportError as exc:
+        raise ConfigError(f"{redact_url(url)}: no filesystem for {scheme}:// is installed ({exc})") from exc
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(redact(f"{redact_url(url)}: invalid URL or storage options: {exc}")) from exc
     if isinstance(fs, LocalFileSystem):
         path = os.path.abspath(path)
-    return fs, path.rstrip("/") or "/"
+    root = path.rstrip("/") or "/"
+    if probe and protocol_of(fs) in OBJECT_STORES:
+        check_bucket(fs, root, url)
+    elif probe and protocol_of(fs) == "hf":
+        check_hf_repo(fs, root, url)
+    return fs, root
 
 
 def join(root: str, *parts: str) -> str:
@@ -27,28 +164,325 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+# ---- errors -----------------------------------------------------------------------------------------------------
+def _transport_types() -> tuple[type, ...]:
+    types: list[type] = [ConnectionError, TimeoutError]
+    try:
+        from fsspec.exceptions import FSTimeoutError
+        types.append(FSTimeoutError)
+    except ImportError:
+        pass
+    try:
+        import botocore.exceptions as be
+        types += [be.EndpointConnectionError, be.ConnectTimeoutError, be.ReadTimeoutError, be.ConnectionClosedError,
+                  be.HTTPClientError, be.ProxyConnectionError, be.ConnectionError]
+    except ImportError:
+        pass
+    try:
+        import aiohttp
+        types += [aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError]
+    except ImportError:
+        pass
+    try:
+        import requests
+        types += [requests.exceptions.ConnectionError, requests.exceptions.Timeout]
+    except ImportError:
+        pass
+    for mod in ("httpx2", "httpx"):  # huggingface_hub's HTTP client
+        try:
+            types.append(__import__(mod).TransportError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(types)
+
+
+def _access_types() -> tuple[type, ...]:
+    types: list[type] = [PermissionError]
+    try:
+        import botocore.exceptions as be
+        types += [be.NoCredentialsError, be.PartialCredentialsError, be.CredentialRetrievalError]
+    except ImportError:
+        pass
+    try:
+        import google.auth.exceptions as ge
+        types.append(ge.GoogleAuthError)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+def _http_status(exc: BaseException) -> int | None:
+    for attr in ("code", "status", "status_code"):
+        v = getattr(exc, attr, None)
+        if isinstance(v, int) and 100 <= v < 600:
+            return v
+    resp = getattr(exc, "response", None)
+    if isinstance(resp, dict):
+        v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(v, int):
+            return v
+    return None
+
+
+_TRANSPORT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH,
+                     errno.EPIPE, errno.ECONNABORTED, errno.EIO, errno.EBUSY, getattr(errno, "EREMOTEIO", errno.EIO)}
+
+
+def _is_transport_one(exc: BaseException) -> bool:
+    if isinstance(exc, RoboRayError):
+        return False
+    if isinstance(exc, _transport_types()) or isinstance(exc, _access_types()):
+        return True
+    status = _http_status(exc)
+    if status is not None and (status >= 500 or status in (401, 403, 408, 429)):
+        return True
+    if type(exc).__name__ in ("ClientError", "HttpError", "NoCredentialsError"):
+        return True
+    # s3fs turns 5xx/SlowDown into OSError(EREMOTEIO/EBUSY), gcsfs 403 into OSError("Forbidden: ...")
+    return str(exc).startswith("Forbidden") or isinstance(exc, OSError) and exc.errno in _TRANSPORT_ERRNOS
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """A failure of the storage service or the network (after the client's retries), not of the data: the
+    exception itself or what it was raised from (s3fs/pyarrow/PyAV wrap the client's error)."""
+    seen = 0
+    while exc is not None and seen < 4:
+        if _is_transport_one(exc):
+            return True
+        if isinstance(exc, RoboRayError):
+            return False
+        exc = exc.__cause__  # type: ignore[assignment]
+        seen += 1
+    return False
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return redact(f"{type(exc).__name__}: {text}"[:300])
+
+
+def _endpoint(fs: fsspec.AbstractFileSystem) -> str:
+    proto = protocol_of(fs)
+    ep: Any = None
+    if proto in ("s3", "s3a"):
+        ep = (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url") or getattr(fs, "endpoint_url", None)
+        ep = ep or getattr(getattr(getattr(fs, "_s3", None), "meta", None), "endpoint_url", None)
+        ep = ep or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+    elif proto in ("gs", "gcs"):
+        try:
+            ep = fs._location  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            ep = os.environ.get("STORAGE_EMULATOR_HOST") or "Google Cloud Storage"
+    return redact_url(str(ep or proto))
+
+
+def storage_error(exc: BaseException, url: str, action: str = "accessing",
+                  fs: fsspec.AbstractFileSystem | None = None) -> RoboRayError:
+    """One clear error naming the URL for a storage failure that survived the client's retries."""
+    if isinstance(exc, RoboRayError):
+        return exc
+    url = redact_url(url)
+    where = f" (endpoint {_endpoint(fs)})" if fs is not None and not is_local(fs) else ""
+    if isinstance(exc, FileNotFoundError) and "bucket" in str(exc).lower():
+        return BucketNotFound(f"{action} {url}: the bucket does not exist{where}")
+    if isinstance(exc, _access_types()) or _http_status(exc) in (401, 403) or str(exc).startswith("Forbidden"):
+        hint = ""
+        if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+            hint = " (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or storage_options key/secret; " \
+                   "anon: true for public buckets)"
+        return StorageAccessDenied(f"{action} {url}: access denied{where}{hint}: {_short(exc)}")
+    if isinstance(exc, _transport_types()):
+        return StorageUnreachable(f"{action} {url}: the storage endpoint did not answer{where}: {_short(exc)}")
+    return StorageError(f"{action} {url} failed{where}: {_short(exc)}")
+
+
+def probe_timeout() -> float:
+    try:
+        return max(0.5, float(os.environ.get(PROBE_TIMEOUT_ENV, DEFAULT_PROBE_TIMEOUT_S)))
+    except ValueError:
+        return DEFAULT_PROBE_TIMEOUT_S
+
+
+def check_bucket(fs: fsspec.AbstractFileSystem, root: str, url: str) -> None:
+    """List at most one key under the URL (once per process, filesystem and URL): a missing bucket, refused
+    credentials or a dead endpoint become a StorageError naming the URL, within `probe_timeout()` seconds."""
+    from fsspec.asyn import sync
+    from fsspec.exceptions import FSTimeoutError
+
+    bucket, _, prefix = root.partition("/")
+    if not bucket:
+        raise ConfigError(f"{redact_url(url)}: the URL names no bucket")
+    token = (str(getattr(fs, "_fs_token", id(fs))), root)
+    if token in _probed:
+        return
+    proto = protocol_of(fs)
+
+    async def list_one() -> None:  # under the URL's prefix: IAM policies often allow listing only there
+        if proto in ("s3", "s3a"):
+            await fs._call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)  # type: ignore
+        else:
+            await fs._call("GET", "b/{}/o", bucket, prefix=prefix, maxResults=1, json_out=True)  # type: ignore
+
+    timeout = probe_timeout()
+    bucket_url = f"{proto}://{bucket}"
+    try:
+        sync(fs.loop, list_one, timeout=timeout)  # type: ignore[attr-defined]
+    except (FSTimeoutError, TimeoutError) as exc:
+        raise StorageUnreachable(f"cannot reach the storage endpoint {_endpoint(fs)} for {redact_url(url)}: no "
+                                 f"answer within {timeout:g} s (set {PROBE_TIMEOUT_ENV} to wait longer)") from exc
+    except FileNotFoundError as exc:
+        raise BucketNotFound(f"bucket {bucket_url} does not exist (for {redact_url(url)}, endpoint "
+                             f"{_endpoint(fs)})") from exc
+    except Exception as exc:  # noqa: BLE001 - classified into one line
+        ep, u = _endpoint(fs), redact_url(url)
+        err = storage_error(exc, url, "listing", fs)
+        if type(exc).__name__ == "ClientError" and "NoSuchBucket" in str(exc):
+            err = BucketNotFound(f"bucket {bucket_url} does not exist (for {u}, endpoint {ep})")
+        elif isinstance(err, StorageUnreachable):
+            err = StorageUnreachable(f"cannot reach the storage endpoint {ep} for {u}: {_short(exc)}")
+        elif isinstance(err, StorageAccessDenied):
+            err = StorageAccessDenied(f"access denied listing bucket {bucket_url} (for {u}, endpoint {ep}): "
+                                      f"{_short(exc)}")
+        elif type(err) is StorageError:
+            err = StorageError(f"cannot list bucket {bucket_url} (for {u}, endpoint {ep}): {_short(exc)}")
+        raise err from exc
+    _probed.add(token)
+
+
+def check_hf_repo(fs: fsspec.AbstractFileSystem, root: str, url: str) -> None:
+    """Resolve the Hub repository and revision once per process: a missing repo/revision, a gated repo without
+    a token, or an unreachable Hub (or HF_HUB_OFFLINE=1) become one StorageError line naming the URL."""
+    repo = "/".join(root.split("/")[:3] if root.startswith(("datasets/", "spaces/")) else root.split("/")[:2])
+    token = (str(getattr(fs, "_fs_token", id(fs))), repo)
+    if token in _probed:
+        return
+    u = redact_url(url)
+    try:
+        fs.resolve_path(repo)  # type: ignore[attr-defined]
+    except FileNotFoundError as exc:
+        raise BucketNotFound(f"Hugging Face Hub repository or revision not found (or not visible with this token): "
+                             f"{u}: {_short(exc)}") from exc
+    except Exception as exc:  # noqa: BLE001
+        err = storage_error(exc, url, "resolving", fs)
+        if isinstance(err, StorageUnreachable):
+            err = StorageUnreachable(f"cannot reach the Hugging Face Hub for {u}: {_short(exc)}")
+        raise err from exc
+    _probed.add(token)
+
+
+# ---- reads ------------------------------------------------------------------------------------------------------
+def open_input(fs: fsspec.AbstractFileSystem, path: str, sequential: bool = False):
+    """A seekable binary file for reading. Remote files are not read ahead whole: random access (parquet via
+    pyarrow: footer, then the column chunks it needs) gets one ranged GET per read; sequential access (video
+    handed to PyAV) gets STREAM_BLOCK-sized ranged GETs, one block buffered at a time."""
+    if is_local(fs):
+        return fs.open(path, "rb")
+    if sequential:
+        return fs.open(path, "rb", block_size=STREAM_BLOCK, cache_type="readahead")
+    return fs.open(path, "rb", cache_type="none")
+
+
+# ---- writes -----------------------------------------------------------------------------------------------------
 def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Write so a reader never sees a partial file: temp + rename locally, one PUT on object stores."""
     parent = posixpath.dirname(path)
     if is_local(fs):
         os.makedirs(parent, exist_ok=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    else:
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return
+    try:
         fs.pipe_file(path, data)
+    except Exception as exc:  # noqa: BLE001 - one line naming the URL
+        raise storage_error(exc, url_of(fs, path), "writing", fs) from exc
 
 
 def write_text_atomic(fs: fsspec.AbstractFileSystem, path: str, text: str) -> None:
-    write_bytes_atomic(fs, path, text.encode("utf-8"))
+    """`write_bytes_atomic` for text, with known secrets and URL credentials masked (secrets.redact)."""
+    write_bytes_atomic(fs, path, redact(text).encode("utf-8"))
+
+
+def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Create `path` with `data` only if it does not exist yet; FileExistsError if it does (someone else won).
+
+    Local: temp file + hard link (atomic, fails if the name exists). S3: PUT with If-None-Match: * (AWS S3, MinIO
+    and moto enforce it). GCS: upload with ifGenerationMatch=0. Other filesystems (memory://): check then write,
+    which is not atomic."""
+    if is_local(fs):
+        parent = posixpath.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise
+            except OSError:  # no hard links on this filesystem: exclusive open (atomic name, not content)
+                with open(path, "xb") as f:
+                    f.write(data)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        return
+    if is_object_store(fs):
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if _http_status(exc) == 412 or "PreconditionFailed" in str(exc) or "pre-conditions" in str(exc):
+                raise FileExistsError(url_of(fs, path)) from exc
+            raise storage_error(exc, url_of(fs, path), "creating", fs) from exc
+        return
+    if fs.exists(path):
+        raise FileExistsError(url_of(fs, path))
+    fs.pipe_file(path, data)
+
+
+def open_upload(fs: fsspec.AbstractFileSystem, path: str):
+    """A write-mode file that uploads straight to the final key of an object store: one PUT when the data fits in
+    one block, else a multipart (S3) / resumable (GCS) upload that becomes visible only on `close()`. Returns None
+    when the filesystem has no such upload (local, memory://): the caller writes another way."""
+    if not is_object_store(fs):
+        return None
+    try:
+        return fs.open(path, "wb", block_size=UPLOAD_BLOCK)
+    except Exception as exc:  # noqa: BLE001
+        raise storage_error(exc, url_of(fs, path), "starting the upload of", fs) from exc
+
+
+def discard_upload(f: Any) -> None:
+    """Abandon an `open_upload` file: abort the multipart/resumable upload, never publish a partial object (fsspec
+    files commit on close and on garbage collection, so the file is marked closed without committing)."""
+    if f is None:
+        return
+    try:
+        if not f.closed:
+            f.discard()
+    except Exception:  # noqa: BLE001 - best effort; an unfinished multipart upload is invisible anyway
+        pass
+    try:
+        f.buffer = None
+        f.closed = True
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def sha256_file(fs: fsspec.AbstractFileSystem, path: str, chunk: int = 4 << 20) -> str:
     h = hashlib.sha256()
-    with fs.open(path, "rb") as f:
+    with (open_input(fs, path, sequential=True) if not is_local(fs) else fs.open(path, "rb")) as f:
         while True:
             b = f.read(chunk)
             if not b:

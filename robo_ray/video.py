@@ -7,13 +7,29 @@ from typing import Any, Callable, Iterator
 import av
 
 from robo_ray.errors import VideoDecodeError, VideoMissing
+from robo_ray.storage import is_transport_error, storage_error
 
 # Seek instead of decoding forward when the next window starts this far past the current position.
 SEEK_AHEAD_S = 2.0
 
 
+def _transport_cause(exc: BaseException) -> BaseException | None:
+    """The storage/network failure behind an exception PyAV raised from a Python file's read/seek, if any."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if is_transport_error(exc):
+            return exc
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        seen += 1
+    return None
+
+
 class VideoStream:
-    """A forward-only view of one file's video frames, with a one-frame lookahead."""
+    """A forward-only view of one file's video frames, with a one-frame lookahead.
+
+    `open_file` (remote files) returns a seekable file object read in bounded ranged blocks
+    (storage.open_input(sequential=True)); PyAV reads through it, so a remote MP4 is never downloaded whole.
+    A storage failure while reading becomes a StorageError naming the URL, not a decode error."""
 
     def __init__(self, path: str, open_file: Callable[[], Any] | None, threads: int = 1) -> None:
         self.path = path
@@ -26,6 +42,17 @@ class VideoStream:
         self.position = float("-inf")  # time of the last frame handed out
         self._open()
 
+    def _url(self) -> str:
+        f = self._file
+        try:
+            return f.fs.unstrip_protocol(f.path) if f is not None else self.path
+        except Exception:  # noqa: BLE001 - messages only
+            return self.path
+
+    def _storage_failure(self, exc: BaseException, action: str) -> Exception | None:
+        cause = _transport_cause(exc)
+        return storage_error(cause, self._url(), action) if cause is not None else None
+
     def _open(self) -> None:
         self.close()
         try:
@@ -37,7 +64,15 @@ class VideoStream:
         except FileNotFoundError as exc:
             raise VideoMissing(f"video file is missing: {self.path}") from exc
         except (av.error.FFmpegError, OSError, ValueError) as exc:
+            failure = self._storage_failure(exc, "reading video")
+            if failure is not None:
+                raise failure from exc
             raise VideoDecodeError(f"cannot open video {self.path}: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - a client library error raised through PyAV's read callback
+            failure = self._storage_failure(exc, "reading video")
+            if failure is not None:
+                raise failure from exc
+            raise
         if not self._container.streams.video:
             raise VideoDecodeError(f"no video stream in {self.path}")
         stream = self._container.streams.video[0]
@@ -65,13 +100,24 @@ class VideoStream:
         except StopIteration:
             return None
         except (av.error.FFmpegError, OSError, ValueError, EOFError) as exc:
+            failure = self._storage_failure(exc, "reading video")
+            if failure is not None:
+                raise failure from exc
             raise VideoDecodeError(f"decode failed in {self.path} after t={self.position:.3f}s: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001
+            failure = self._storage_failure(exc, "reading video")
+            if failure is not None:
+                raise failure from exc
+            raise
 
     def _seek(self, t: float) -> None:
         tb = self._stream.time_base
         try:
             self._container.seek(int(t / tb), stream=self._stream, backward=True, any_frame=False)
         except (av.error.FFmpegError, OSError) as exc:
+            failure = self._storage_failure(exc, "seeking in video")
+            if failure is not None:
+                raise failure from exc
             raise VideoDecodeError(f"seek to t={t:.3f}s failed in {self.path}: {exc}") from exc
         self._iter = self._container.decode(self._stream)
         self._peek = None

@@ -20,7 +20,7 @@ from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, SourceN
 from robo_ray.readers.base import Finding, Inventory
 from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_shape,
                              render_path_template)
-from robo_ray.storage import join, url_to_fs
+from robo_ray.storage import is_transport_error, join, open_input, storage_error, url_of, url_to_fs
 
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 SUPPORTED_VERSIONS = ("v2.0", "v2.1", "v3.0")
@@ -99,7 +99,7 @@ class LeRobotReader:
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = url
         self.fs, self.root = url_to_fs(url, storage_options)
-        if not self.fs.exists(self.root):
+        if not self._exists(self.root):
             raise SourceNotFound(f"source not found: {url}")
         self.info = self._read_json("meta/info.json")
         if not isinstance(self.info, dict):
@@ -117,21 +117,46 @@ class LeRobotReader:
     def path(self, rel: str) -> str:
         return join(self.root, rel)
 
+    def url_for(self, rel: str) -> str:
+        """The full URL of a dataset file (for messages)."""
+        return url_of(self.fs, self.path(rel))
+
+    def _exists(self, p: str) -> bool:
+        try:
+            return self.fs.exists(p)
+        except Exception as exc:  # noqa: BLE001 - a transport failure names the URL; anything else is a bug
+            if is_transport_error(exc):
+                raise storage_error(exc, url_of(self.fs, p), "checking", self.fs) from exc
+            raise
+
     def exists(self, rel: str) -> bool:
-        return self.fs.exists(self.path(rel))
+        return self._exists(self.path(rel))
 
     def open_binary(self, rel: str):
-        return self.fs.open(self.path(rel), "rb")
+        """A seekable file: local files as they are; remote ones read in bounded ranged blocks (for PyAV)."""
+        try:
+            return open_input(self.fs, self.path(rel), sequential=True)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if is_transport_error(exc):
+                raise storage_error(exc, self.url_for(rel), "opening", self.fs) from exc
+            raise
 
     def _read_bytes(self, rel: str, limit: int = MAX_JSON_BYTES) -> bytes:
         p = self.path(rel)
-        if not self.fs.exists(p):
+        if not self._exists(p):
             raise SourceFormatError(f"{rel}: file is missing")
-        size = self.fs.size(p)
-        if size is not None and size > limit:
-            raise UnsafeInput(f"{rel}: {size} bytes exceeds the {limit}-byte metadata limit")
-        with self.fs.open(p, "rb") as f:
-            return f.read(limit + 1)
+        try:
+            size = self.fs.size(p)
+            if size is not None and size > limit:
+                raise UnsafeInput(f"{rel}: {size} bytes exceeds the {limit}-byte metadata limit")
+            with open_input(self.fs, p) as f:
+                return f.read(limit + 1)
+        except Exception as exc:  # noqa: BLE001
+            if is_transport_error(exc):
+                raise storage_error(exc, self.url_for(rel), "reading", self.fs) from exc
+            raise
 
     def _read_json(self, rel: str) -> Any:
         try:
@@ -185,14 +210,21 @@ class LeRobotReader:
         return [str(by_index.get(i, "")) for i in range(max(by_index, default=-1) + 1)]
 
     def _read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        """Read a parquet file; on object stores through ranged reads (footer, then the column chunks)."""
         p = self.path(rel)
-        if not self.fs.exists(p):
+        if not self._exists(p):
             raise DataMissing(f"{rel}: parquet file is missing")
         try:
-            with self.fs.open(p, "rb") as f:
+            with open_input(self.fs, p) as f:
                 return pq.read_table(f, columns=columns)
-        except (pa.ArrowException, OSError) as exc:
-            raise DataCorrupt(f"{rel}: unreadable parquet ({exc})") from exc
+        except FileNotFoundError as exc:
+            raise DataMissing(f"{rel}: parquet file is missing") from exc
+        except Exception as exc:  # noqa: BLE001
+            if is_transport_error(exc):  # the store failed after its retries: not a property of the episode
+                raise storage_error(exc, self.url_for(rel), "reading", self.fs) from exc
+            if isinstance(exc, (pa.ArrowException, OSError)):
+                raise DataCorrupt(f"{rel}: unreadable parquet ({exc})") from exc
+            raise
 
     def _render(self, template_key: str, **fields: Any) -> str:
         template = self.info.get(template_key)

@@ -10,8 +10,8 @@ from typing import Any, Callable
 import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, QuarantineRecord, RawFrames, VideoRef, png_bytes
-from robo_ray.errors import (DataCorrupt, EpisodeError, FrameCountMismatch, NonFiniteValue, TimestampMismatch,
-                             VideoDecodeError, VideoMissing)
+from robo_ray.errors import (DataCorrupt, EpisodeError, FrameCountMismatch, NonFiniteValue, StorageError,
+                             TimestampMismatch, VideoDecodeError, VideoMissing)
 from robo_ray.images import ImageEncoder
 from robo_ray.mapping import FieldMap, Mapping
 from robo_ray.readers import open_reader
@@ -61,6 +61,8 @@ class UnitConverter:
                     steps, metadata = self.convert_episode(ref)
                 except EpisodeError as exc:
                     rec = QuarantineRecord(ref.episode_index, exc.code, str(exc), _file_of(exc, ref))
+                except StorageError:  # the store failed after its retries, not the episode: fail the unit
+                    raise  # (Ray retries it, bounded; in-process the run stops with one line naming the URL)
                 except Exception as exc:  # a bug or an unexpected library error: still quarantine, loudly
                     log.exception("episode %s: unexpected error", ref.episode_index)
                     rec = QuarantineRecord(ref.episode_index, "EP999", f"unexpected {type(exc).__name__}: {exc}",

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, TextIO
@@ -35,13 +36,15 @@ from robo_ray.stages.plan import Unit, plan_units
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
-from robo_ray.storage import is_local, join, sha256_file, url_to_fs, write_text_atomic
+from robo_ray.storage import create_exclusive, is_local, join, sha256_file, url_to_fs, write_text_atomic
 from robo_ray.writers.rlds.schema import shard_filename
 from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
 
 OUR_OUTPUTS = ("rlds", "inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
                "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json",
-               "dataset_statistics.json")
+               "dataset_statistics.json", "commit.json")
+# the commit marker: the run's last write, a conditional create (two runs racing on one destination: one publishes)
+COMMIT_MARKER = "commit.json"
 
 # quarantine codes for whole units that never produced a shard (a resume retries them)
 UNIT_CRASHED = "EP900"  # the worker process died on every attempt (segfault, abort, OOM kill)
@@ -272,6 +275,7 @@ class PublishSpec:
     log_lines: list[str] = field(default_factory=list)
     log_errors: list[str] = field(default_factory=list)
     elapsed_before: float = 0.0  # seconds spent on discover/spec/plan
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 class Publisher:
@@ -419,6 +423,23 @@ class Publisher:
         self._last_flush = now
 
     # ---- the end ----------------------------------------------------------------------------------------------
+    def _publish_commit_marker(self, outcome: RunOutcome, results: list[ShardResult]) -> None:
+        """Create commit.json only if it does not exist yet (S3 If-None-Match, GCS ifGenerationMatch=0, local
+        hard link): of two runs that raced on one destination, only the first to get here publishes."""
+        if not outcome.validation_passed:
+            return
+        marker = {"run_id": self.spec.run_id, "published_at": _now(), "exit_code": outcome.exit_code,
+                  "dataset": f"rlds/{self.mapping.dataset_name}/{self.mapping.version}",
+                  "fingerprint": self.spec.fingerprint, "shards": {r.filename: r.sha256 for r in results}}
+        path = join(self.root, COMMIT_MARKER)
+        try:
+            create_exclusive(self.fs, path, json.dumps(marker, indent=2, sort_keys=True).encode())
+        except FileExistsError:
+            other = (_read_json(self.fs, path) or {}).get("run_id", "unknown")
+            raise OutputConflict(f"{self.cfg.target.url} was published by another run ({other}) while this one "
+                                 "ran; this run's result is not committed (check the output, then rerun with "
+                                 "--resume or --overwrite)", code="RR402") from None
+
     def reader(self) -> Reader:
         if self._reader is None:
             src = self.cfg.source
@@ -448,6 +469,7 @@ class Publisher:
         outcome = validate_and_publish(self.cfg, self.fs, self.root, self.mapping, inv, self.reader(), ledger,
                                        self.log, self.spec.executor_name, convert_seconds, quarantined,
                                        self.spec.archive)
+        self._publish_commit_marker(outcome, results)
         echo = self.log.stderr.getvalue()[echo_start:].splitlines() if echo_start is not None else []
         return outcome, echo
 
@@ -464,7 +486,7 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
     executor = executor or InProcessExecutor()
     reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options)
     out_fs, out_root = url_to_fs(cfg.target.url, cfg.target.storage_options)
-    cfg_dump = cfg.model_dump(mode="json", by_alias=True)
+    cfg_dump = cfg.safe_dump()  # credentials masked: job.json, and the "same job?" check of --resume
     previous_ledger: dict[str, Any] | None = None
     if resume:
         resume, previous_ledger = _check_resume(out_fs, out_root, cfg, cfg_dump, overwrite)
@@ -495,6 +517,9 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
             info_path = join(dataset_dir, "dataset_info.json")
             if len(previous) < len(units) and out_fs.exists(info_path):
                 out_fs.rm(info_path)  # un-commit: shards are about to change until the new commit
+            marker_path = join(out_root, COMMIT_MARKER)
+            if out_fs.exists(marker_path):
+                out_fs.rm(marker_path)  # this run publishes again
 
     write_discover_outputs(out_fs, out_root, inv)
     log.info("discover: " + summarize(inv).replace("\n", " | "))

@@ -19,7 +19,7 @@ from robo_ray.errors import EpisodeError
 from robo_ray.images import decode_image
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory, Reader
-from robo_ray.storage import join, sha256_file, write_text_atomic
+from robo_ray.storage import is_local, join, sha256_file, write_text_atomic
 from robo_ray.writers.rlds.example import decode_example
 from robo_ray.writers.rlds.schema import shard_filename
 from robo_ray.writers.rlds.tfrecord import read_records
@@ -323,13 +323,24 @@ class Validator:
             res.add("tfds read-back", False, "tensorflow-datasets is not installed (pip install robo-ray[tf]); "
                     "disable with validate.tfds_readback=false")
             return
-        try:
-            builder = tfds.builder_from_directory(self.dataset_dir)
+        def count(directory: str) -> tuple[int, int]:
+            builder = tfds.builder_from_directory(directory)
             ds = builder.as_dataset(split="train", decoders={"steps": tfds.decode.SkipDecoding()})
-            n_eps = n_steps = 0
+            eps = steps = 0
             for ep in ds:
-                n_eps += 1
-                n_steps += int(ep["steps"]["is_first"].shape[0])
+                eps += 1
+                steps += int(ep["steps"]["is_first"].shape[0])
+            return eps, steps
+
+        try:
+            if is_local(self.fs):
+                n_eps, n_steps = count(self.dataset_dir)
+            else:  # tfds cannot open s3:// or an emulator's gs://: read a local copy (disk = the dataset's size)
+                import tempfile
+
+                with tempfile.TemporaryDirectory(prefix="robo-ray-readback-") as tmp:
+                    self.fs.get(self.dataset_dir.rstrip("/") + "/", tmp + "/", recursive=True)
+                    n_eps, n_steps = count(tmp)
         except Exception as exc:  # any tfds/TF failure is a validation failure, reported in one line
             res.add("tfds read-back", False, f"tfds could not read the dataset: {type(exc).__name__}: "
                     f"{str(exc).splitlines()[0][:300]}")

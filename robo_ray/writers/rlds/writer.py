@@ -1,5 +1,15 @@
-"""RLDS writer: one TFRecord shard per work unit, streamed to a temp file and committed atomically; the dataset's
-dataset_info.json and features.json are written last (the commit)."""
+"""RLDS writer: one TFRecord shard per work unit, committed atomically; the dataset's dataset_info.json and
+features.json are written last (the commit).
+
+Where a shard's bytes go while it is written:
+* local: a temp file beside the final name, fsync, `os.replace` (the name appears complete or not at all);
+* S3 / GCS: straight to the final key (no rename on object stores): one PUT when the shard fits in one upload
+  block, else a multipart (S3) / resumable (GCS) upload whose parts stream out as the shard grows, so memory stays
+  bounded by one block; the object becomes visible only when the upload completes in `commit`. `abort` (or a
+  crash) abandons the upload: no partial object is ever published (an S3 bucket lifecycle rule should expire
+  incomplete multipart uploads left by killed workers);
+* other filesystems (memory://): the shard is collected in memory and written with one `pipe_file`.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from robo_ray.mapping import Mapping
-from robo_ray.storage import is_local, join, url_to_fs, write_text_atomic
+from robo_ray.storage import (discard_upload, is_local, join, open_upload, storage_error, url_of, url_to_fs,
+                              write_text_atomic)
 from robo_ray.writers.rlds.example import FeatureValue, encode_example
 from robo_ray.writers.rlds.schema import dataset_info_json, features_json, shard_filename
 from robo_ray.writers.rlds.tfrecord import frame_record
@@ -55,7 +66,8 @@ def episode_features(steps: dict[str, FeatureValue], metadata: dict[str, Any]) -
 
 
 class ShardSink:
-    """Accumulates one shard: records stream into a temp file; `commit` moves it to its final name."""
+    """Accumulates one shard (see the module docstring for where the bytes go); `commit` publishes it under its
+    final name, `abort` throws it away."""
 
     def __init__(self, writer: "RldsWriter", index: int, num_shards: int) -> None:
         self.writer = writer
@@ -63,12 +75,19 @@ class ShardSink:
         self._hash = hashlib.sha256()
         self.final_path = join(writer.dataset_dir, self.result.filename)
         self._local = is_local(writer.fs)
+        self._done = False
+        self._upload: Any = None
+        self._chunks: list[bytes] = []
         if self._local:
             os.makedirs(writer.dataset_dir, exist_ok=True)
             self._tmp_path = f"{self.final_path}.tmp-{uuid.uuid4().hex[:8]}"
             self._f: Any = open(self._tmp_path, "wb")
         else:
-            self._chunks: list[bytes] = []
+            self._upload = open_upload(writer.fs, self.final_path)
+
+    @property
+    def url(self) -> str:
+        return url_of(self.writer.fs, self.final_path)
 
     def add(self, episode_index: int, steps: dict[str, FeatureValue], metadata: dict[str, Any], n_steps: int) -> None:
         framed = frame_record(encode_example(episode_features(steps, metadata)))
@@ -76,6 +95,12 @@ class ShardSink:
         self.result.num_bytes += len(framed)
         if self._local:
             self._f.write(framed)
+        elif self._upload is not None:
+            try:
+                self._upload.write(framed)  # uploads a part whenever a block is full
+            except Exception as exc:  # noqa: BLE001 - the store failed after its retries
+                self.abort()
+                raise storage_error(exc, self.url, "uploading shard", self.writer.fs) from exc
         else:
             self._chunks.append(framed)
         self.result.episodes.append((episode_index, n_steps))
@@ -90,17 +115,36 @@ class ShardSink:
             os.fsync(self._f.fileno())
             self._f.close()
             os.replace(self._tmp_path, self.final_path)
+        elif self._upload is not None:
+            try:
+                self._upload.close()  # one PUT, or completes the multipart/resumable upload: visible now
+            except Exception as exc:  # noqa: BLE001
+                self.abort()
+                raise storage_error(exc, self.url, "uploading shard", self.writer.fs) from exc
+            self._upload = None
         else:
-            self.writer.fs.pipe_file(self.final_path, b"".join(self._chunks))
+            try:
+                self.writer.fs.pipe_file(self.final_path, b"".join(self._chunks))
+            except Exception as exc:  # noqa: BLE001
+                raise storage_error(exc, self.url, "writing shard", self.writer.fs) from exc
             self._chunks = []
+        self._done = True
         return self.result
 
     def abort(self) -> None:
+        self._done = True
         if self._local:
             self._f.close()
             if os.path.exists(self._tmp_path):
                 os.remove(self._tmp_path)
+        elif self._upload is not None:
+            discard_upload(self._upload)
+            self._upload = None
         self._chunks = []
+
+    def __del__(self) -> None:  # never let a forgotten sink publish a partial object through fsspec's __del__
+        if not getattr(self, "_done", True) and getattr(self, "_upload", None) is not None:
+            discard_upload(self._upload)
 
 
 class RldsWriter:
