@@ -265,7 +265,7 @@ def test_ray_job_entrypoint_defaults_to_the_actor_pool():
 
 # ---- 2. an actor killed mid-run ----------------------------------------------------------------------------------
 def test_killed_actor_job_completes_each_episode_once(cluster, datasets, reference, tmp_path, monkeypatch):
-    monkeypatch.setenv("ROBO_RAY_FAULT_DELAY_S", "1.5")
+    monkeypatch.setenv("ROBO_RAY_FAULT_DELAY_S", "3")  # each unit sleeps first: the kill lands mid-unit
     out = tmp_path / "out"
     ex = _executor(actors=2)
     box: dict = {}
@@ -294,7 +294,11 @@ def test_killed_actor_job_completes_each_episode_once(cluster, datasets, referen
     outcome = box["outcome"]
     assert outcome.exit_code == 0, outcome.message
     assert outcome.quarantined == []
-    assert _ledger(out)["attempts"][str(unit)] == 2  # the killed unit ran again on the restarted actor
+    attempts = _ledger(out)["attempts"]
+    # the killed unit ran again on the restarted actor (under load the unit seen in flight may have just finished
+    # and the worker picked the next one when the kill landed: then that one is the retried unit)
+    assert attempts[str(unit)] == 2 or sorted(attempts.values())[-1] == 2, attempts
+    assert sum(attempts.values()) == len(attempts) + 1, attempts
     assert sorted(_written_episodes(out)) == list(range(8))  # every episode exactly once
     assert _shards(out) == reference["v21"]["shards"]
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name]  # the killed attempt's partial file is gone
