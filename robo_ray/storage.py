@@ -383,17 +383,27 @@ def open_input(fs: fsspec.AbstractFileSystem, path: str, sequential: bool = Fals
 
 
 # ---- writes -----------------------------------------------------------------------------------------------------
+def _local_temp_copy(path: str, data: bytes) -> str:
+    """`data` fsync'ed into a temp file beside `path` (the caller renames or links it into place)."""
+    os.makedirs(posixpath.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return tmp
+
+
 def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Write so a reader never sees a partial file: temp + rename locally, one PUT on object stores."""
-    parent = posixpath.dirname(path)
     if is_local(fs):
-        os.makedirs(parent, exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp = _local_temp_copy(path, data)
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
@@ -417,14 +427,8 @@ def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> N
     and moto enforce it). GCS: upload with ifGenerationMatch=0. Other filesystems (memory://): check then write,
     which is not atomic."""
     if is_local(fs):
-        parent = posixpath.dirname(path)
-        os.makedirs(parent, exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp = _local_temp_copy(path, data)
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
             try:
                 os.link(tmp, path)
             except FileExistsError:

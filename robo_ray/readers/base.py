@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
+from robo_ray.storage import join
 
 
 @dataclass
@@ -51,3 +52,19 @@ class Reader(Protocol):
     def load_episode(self, ref: EpisodeRef) -> Episode: ...
 
     def open_binary(self, relpath: str): ...
+
+
+class DatasetFiles:
+    """Dataset-relative file access shared by the readers (needs `self.fs` and `self.root`)."""
+
+    fs: Any
+    root: str
+
+    def path(self, rel: str) -> str:
+        return join(self.root, rel)
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(self.path(rel))
+
+    def open_binary(self, rel: str):
+        return self.fs.open(self.path(rel), "rb")

@@ -22,7 +22,7 @@ import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
 from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnsafeInput
-from robo_ray.readers.base import Finding, Inventory
+from robo_ray.readers.base import DatasetFiles, Finding, Inventory
 from robo_ray.safety import (MAX_DIM, MAX_ELEMENTS_PER_STEP, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES,
                              check_count, check_shape)
 from robo_ray.storage import is_local, join, url_to_fs
@@ -181,7 +181,7 @@ def _h5_feature(key: str, ds: Any) -> FeatureSpec:
     return FeatureSpec(key, "string", "string", ())
 
 
-class MinariReader:
+class MinariReader(DatasetFiles):
     """Reads a Minari dataset folder (or its `data/main_data.hdf5`) from any fsspec URL."""
 
     format_name = "minari"
@@ -219,15 +219,6 @@ class MinariReader:
         self.features = self._features()
 
     # ---- small I/O helpers -------------------------------------------------------------------------------------
-    def path(self, rel: str) -> str:
-        return join(self.root, rel)
-
-    def exists(self, rel: str) -> bool:
-        return self.fs.exists(self.path(rel))
-
-    def open_binary(self, rel: str):
-        return self.fs.open(self.path(rel), "rb")
-
     def _read_json(self, rel: str) -> Any:
         p = self.path(rel)
         size = self.fs.size(p)

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames, VideoRef
 from robo_ray.errors import (DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnknownFormat,
                              UnsafeInput, VideoDecodeError, VideoMissing)
-from robo_ray.readers.base import Finding, Inventory
+from robo_ray.readers.base import DatasetFiles, Finding, Inventory
 from robo_ray.readers.lerobot import column_to_numpy
 from robo_ray.safety import (MAX_DIM, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_shape,
                              check_relative_path)
@@ -128,7 +128,7 @@ def _np_dtype(key: str, t: pa.DataType) -> str:
     return str(dt)
 
 
-class OrtfReader:
+class OrtfReader(DatasetFiles):
     """Reads an ORTF v0.2 dataset from any fsspec URL."""
 
     format_name = "ortf"
@@ -161,15 +161,6 @@ class OrtfReader:
         self._tasks: dict[int, str] | None = None
 
     # ---- small I/O helpers -------------------------------------------------------------------------------------
-    def path(self, rel: str) -> str:
-        return join(self.root, rel)
-
-    def exists(self, rel: str) -> bool:
-        return self.fs.exists(self.path(rel))
-
-    def open_binary(self, rel: str):
-        return self.fs.open(self.path(rel), "rb")
-
     def _read_bytes(self, rel: str, limit: int = MAX_JSON_BYTES) -> bytes:
         p = self.path(rel)
         if not self.fs.exists(p):
