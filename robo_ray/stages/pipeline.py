@@ -34,6 +34,7 @@ from robo_ray.stages.convert import ConvertOptions, UnitConverter
 from robo_ray.stages.discover import summarize, write_discover_outputs
 from robo_ray.stages.plan import Unit, plan_units
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
+from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
 from robo_ray.storage import create_exclusive, is_local, join, sha256_file, url_to_fs, write_text_atomic
@@ -42,7 +43,7 @@ from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
 
 OUR_OUTPUTS = ("rlds", "inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
                "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json",
-               "dataset_statistics.json", "commit.json")
+               "dataset_statistics.json", "commit.json", LOCK_NAME)
 # the commit marker: the run's last write, a conditional create (two runs racing on one destination: one publishes)
 COMMIT_MARKER = "commit.json"
 
@@ -134,6 +135,8 @@ def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str) -> Non
     if not fs.isdir(out_root):
         raise DestinationNotEmpty(f"destination {out_url} exists and is not a directory")
     entries = [e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(out_root, detail=False)]
+    if LOCK_NAME in entries and not overwrite:  # another run got the lock since check_not_locked
+        check_not_locked(fs, out_root, out_url, take_over=False)
     if entries and not overwrite:
         raise DestinationNotEmpty(f"destination {out_url} is not empty (use --overwrite to replace its outputs)")
     foreign = [e for e in entries if e not in OUR_OUTPUTS and not e.endswith(".tar.gz")]
@@ -141,7 +144,8 @@ def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str) -> Non
         raise DestinationNotEmpty(f"destination {out_url} holds files robo-ray did not write "
                                   f"({', '.join(sorted(foreign)[:5])}); refusing to overwrite")
     for e in entries:
-        fs.rm(join(out_root, e), recursive=True)
+        if e != LOCK_NAME:  # the lock is this run's (taken over) or handled by RunLock
+            fs.rm(join(out_root, e), recursive=True)
 
 
 def resolve_mapping(cfg: JobConfig, inv: Inventory) -> Mapping:
@@ -487,11 +491,25 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
     reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options)
     out_fs, out_root = url_to_fs(cfg.target.url, cfg.target.storage_options)
     cfg_dump = cfg.safe_dump()  # credentials masked: job.json, and the "same job?" check of --resume
+    check_not_locked(out_fs, out_root, cfg.target.url, take_over=resume or overwrite)
     previous_ledger: dict[str, Any] | None = None
     if resume:
         resume, previous_ledger = _check_resume(out_fs, out_root, cfg, cfg_dump, overwrite)
     else:
         prepare_destination(out_fs, out_root, overwrite, cfg.target.url)
+    lock = RunLock(out_fs, out_root, cfg.target.url).acquire(take_over=resume or overwrite)
+    try:
+        return _run_locked(cfg, cfg_dump, reader, out_fs, out_root, executor, log, progress, archive, resume,
+                           verify_resume, overwrite, previous_ledger, t0)
+    finally:
+        lock.release()
+
+
+def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs, out_root: str, executor: Executor,
+                log: RunLog, progress: Callable[[int, int], None] | None, archive: bool, resume: bool,
+                verify_resume: bool, overwrite: bool, previous_ledger: dict[str, Any] | None,
+                t0: float) -> RunOutcome:
+    """The job once this run holds the destination's lock."""
 
     inv = reader.discover()
     if cfg.max_episodes:
