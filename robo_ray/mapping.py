@@ -226,11 +226,10 @@ def default_mapping(inv: Inventory, images: ImageOptions | None = None, name: st
             dropped[key] = "bookkeeping column (step order, indices, task via language_instruction)"
             continue
         if feat.kind in ("image", "video"):
-            chw = bool(feat.declared_shape and feat.declared_shape != feat.shape)
-            steps.append(FieldMap(source=key, target=_camera_target(key, len(cams)), kind="image", dtype="uint8",
-                                  shape=list(feat.shape), transform="CHW->HWC" if chw else "none",
-                                  source_shape=list(feat.shape),
-                                  source_codec=(feat.codec or "video") if feat.kind == "video" else "image"))
+            fm = _image_map(key, feat, _camera_target(key, len(cams)))
+            if feat.declared_shape and feat.declared_shape != feat.shape:
+                fm.transform = "CHW->HWC"  # LeRobot declares some cameras [C, H, W]
+            steps.append(fm)
             continue
         if key == "next.reward" and feat.kind == "tensor":
             defaults.reward_source = key
@@ -241,11 +240,10 @@ def default_mapping(inv: Inventory, images: ImageOptions | None = None, name: st
         if feat.kind == "string":
             dropped[key] = "string feature (no RLDS tensor form); kept out"
             continue
-        target = _tensor_target(key) or f"observation/{re.sub(r'[^0-9a-zA-Z_]', '_', key)}"
-        dtype, transform = _target_dtype(feat.dtype)
-        shape = [] if list(feat.shape) == [1] and key not in ("action", "observation.state") else list(feat.shape)
-        steps.append(FieldMap(source=key, target=target, kind="tensor", dtype=dtype, shape=shape,
-                              transform=transform))
+        fm = _tensor_map(key, feat, _tensor_target(key) or f"observation/{re.sub(r'[^0-9a-zA-Z_]', '_', key)}")
+        if fm.shape == [1] and key not in ("action", "observation.state"):
+            fm.shape = []  # LeRobot stores shape [1] features as scalar columns
+        steps.append(fm)
     return Mapping(dataset_name=name or sanitize_name(inv.dataset_name), source_format=inv.source_format,
                    source_version=inv.source_version, steps=steps, defaults=defaults, images=images,
                    dropped=dropped)

@@ -68,3 +68,12 @@ class DatasetFiles:
 
     def open_binary(self, rel: str):
         return self.fs.open(self.path(rel), "rb")
+
+    _last_table: tuple[str, Any] | None = None
+
+    def last_table(self, rel: str) -> Any:
+        """`rel` read with the reader's `_read_parquet`, keeping only the last file read: units are file-ordered,
+        so a file holding many episodes (LeRobot v3.0, ORTF chunks) is read once per unit, not once per episode."""
+        if self._last_table is None or self._last_table[0] != rel:
+            self._last_table = (rel, self._read_parquet(rel))  # type: ignore[attr-defined]
+        return self._last_table[1]

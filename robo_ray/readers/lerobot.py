@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import posixpath
-from collections import OrderedDict
 from typing import Any, Iterator
 
 import numpy as np
@@ -17,10 +16,10 @@ import pyarrow.parquet as pq
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, VideoRef
 from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnknownFormat, UnsafeInput
-from robo_ray.readers.base import Finding, Inventory
+from robo_ray.readers.base import DatasetFiles, Inventory
 from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_shape,
                              render_path_template)
-from robo_ray.storage import is_transport_error, join, open_input, storage_error, url_of, url_to_fs
+from robo_ray.storage import is_transport_error, open_input, storage_error, url_of, url_to_fs
 
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 SUPPORTED_VERSIONS = ("v2.0", "v2.1", "v3.0")
@@ -91,7 +90,7 @@ def parse_features(raw: Any) -> dict[str, FeatureSpec]:
     return out
 
 
-class LeRobotReader:
+class LeRobotReader(DatasetFiles):
     """Reads a LeRobot dataset from any fsspec URL."""
 
     format_name = "lerobot"
@@ -110,13 +109,9 @@ class LeRobotReader:
         if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (0 < fps <= 10_000):
             raise SourceFormatError(f"meta/info.json: fps {fps!r} is not a positive number")
         self.fps = float(fps)
-        self._table_cache: OrderedDict[str, pa.Table] = OrderedDict()
         self._tasks: list[str] | None = None
 
-    # ---- small I/O helpers -------------------------------------------------------------------------------------
-    def path(self, rel: str) -> str:
-        return join(self.root, rel)
-
+    # ---- small I/O helpers (exists/open_binary add storage-error mapping to DatasetFiles') ---------------------
     def url_for(self, rel: str) -> str:
         """The full URL of a dataset file (for messages)."""
         return url_of(self.fs, self.path(rel))
@@ -319,12 +314,7 @@ class LeRobotReader:
     # ---- load one episode --------------------------------------------------------------------------------------
     def _episode_table(self, ref: EpisodeRef) -> pa.Table:
         """The episode's rows. v3.0 files hold many episodes: cache the last file read (units are file-ordered)."""
-        table = self._table_cache.get(ref.data_path)
-        if table is None:
-            table = self._read_parquet(ref.data_path)
-            self._table_cache[ref.data_path] = table
-            while len(self._table_cache) > 1:
-                self._table_cache.popitem(last=False)
+        table = self.last_table(ref.data_path)
         if self.version != "v3.0" and "episode_index" not in table.column_names:
             return table
         if "episode_index" not in table.column_names:

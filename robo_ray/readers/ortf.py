@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,7 @@ from robo_ray.readers.base import DatasetFiles, Finding, Inventory
 from robo_ray.readers.lerobot import column_to_numpy
 from robo_ray.safety import (MAX_DIM, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_shape,
                              check_relative_path)
-from robo_ray.storage import join, url_to_fs
+from robo_ray.storage import url_to_fs
 
 SUPPORTED = ("0.2",)
 REQUIRED = {"ortf_version": str, "dataset_id": str, "robot": dict, "action_space": dict,
@@ -141,7 +140,6 @@ class OrtfReader(DatasetFiles):
         self.manifest = validate_manifest(self._read_json("meta/manifest.json"))
         self.version = self.manifest["ortf_version"]
         self.sensors = {s["name"]: s for s in self.manifest["sensors"]}
-        self._tables: OrderedDict[str, pa.Table] = OrderedDict()
         self._episodes = self._read_parquet("meta/episodes.parquet", error=SourceFormatError)
         for col in ("episode_id", "length"):
             if col not in self._episodes.column_names:
@@ -348,12 +346,7 @@ class OrtfReader(DatasetFiles):
 
     # ---- load one episode --------------------------------------------------------------------------------------
     def _episode_table(self, ref: EpisodeRef) -> pa.Table:
-        table = self._tables.get(ref.data_path)
-        if table is None:
-            table = self._read_parquet(ref.data_path)
-            self._tables[ref.data_path] = table
-            while len(self._tables) > 1:
-                self._tables.popitem(last=False)
+        table = self.last_table(ref.data_path)
         if "episode_id" not in table.column_names:
             raise DataCorrupt(f"{ref.data_path}: no episode_id column")
         ids = table["episode_id"].to_numpy(zero_copy_only=False)
