@@ -484,15 +484,32 @@ def discard_upload(f: Any) -> None:
         pass
 
 
-def sha256_file(fs: fsspec.AbstractFileSystem, path: str, chunk: int = 4 << 20) -> str:
-    h = hashlib.sha256()
-    with (open_input(fs, path, sequential=True) if not is_local(fs) else fs.open(path, "rb")) as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
+def open_sequential(fs: fsspec.AbstractFileSystem, path: str):
+    """A file to read front to back: remote ones through bounded ranged blocks."""
+    return open_input(fs, path, sequential=True) if not is_local(fs) else fs.open(path, "rb")
+
+
+class HashingReader:
+    """Wraps a binary file so one pass both parses and hashes it: every byte read goes into sha256;
+    `hexdigest` first hashes whatever was not read (e.g. after a corrupt record)."""
+
+    def __init__(self, f: Any, chunk: int = 4 << 20) -> None:
+        self.f, self.chunk, self._h = f, chunk, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.f.read(n)
+        self._h.update(b)
+        return b
+
+    def hexdigest(self) -> str:
+        while b := self.f.read(self.chunk):
+            self._h.update(b)
+        return self._h.hexdigest()
+
+
+def sha256_file(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    with open_sequential(fs, path) as f:
+        return HashingReader(f).hexdigest()
 
 
 def is_empty_dir(fs: fsspec.AbstractFileSystem, path: str) -> bool:

@@ -168,6 +168,9 @@ class VideoPool:
             self._streams[path] = stream
         return stream
 
+    def __contains__(self, path: str) -> bool:
+        return path in self._streams
+
     def drop(self, path: str) -> None:
         stream = self._streams.pop(path, None)
         if stream is not None:

@@ -167,10 +167,11 @@ class UnitConverter:
     def _decode_video(self, ep: Episode, fm: FieldMap, ref: VideoRef, enc: ImageEncoder, channels: int) -> list[bytes]:
         """Decode the episode's window of the file forward, matching each step's timestamp to a frame."""
         path = ref.path
-        if not self.reader.exists(path):
+        local_path = self.reader.path(path)
+        # one existence check per file, not per episode (v3.0 files hold many; on object stores it is a request)
+        if local_path not in self.videos and not self.reader.exists(path):
             raise VideoMissing(f"missing video {path} for episode {ep.episode_index} camera {fm.source}")
         opener = None if is_local(self.reader.fs) else (lambda: self.reader.open_binary(path))
-        local_path = self.reader.path(path)
         try:
             stream = self.videos.get(local_path, opener)
         except EpisodeError as exc:

@@ -606,7 +606,7 @@ def validate_and_publish(cfg: JobConfig, fs, out_root: str, mapping: Mapping, in
     write_validation_outputs(fs, out_root, res, mapping.dataset_name, time.monotonic() - t1)
     for p in res.problems:
         log.problem(f"validation: {p}")
-    checksums = dataset_checksums(fs, v.dataset_dir)
+    checksums = dataset_checksums(fs, v.dataset_dir, known=res.shard_sha256)
     sizes = {n: fs.size(join(v.dataset_dir, n)) for n in checksums}
     write_text_atomic(fs, join(out_root, "final_report.md"),
                       final_report(mapping, inv, res, checksums, sizes, convert_seconds + time.monotonic() - t1,

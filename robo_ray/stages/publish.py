@@ -27,10 +27,12 @@ def _duration(s: float) -> str:
     return f"{h}h {m}m {s}s" if h else f"{m}m {s}s" if m else f"{s}s"
 
 
-def dataset_checksums(fs, dataset_dir: str) -> dict[str, str]:
-    """sha256 of every file in the RLDS version folder, by file name."""
-    return {posixpath.basename(p): sha256_file(fs, p) for p in sorted(fs.find(dataset_dir))
-            if ".tmp-" not in posixpath.basename(p)}
+def dataset_checksums(fs, dataset_dir: str, known: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every file in the RLDS version folder, by file name; `known` digests (Validate hashes every shard
+    as it reads it, just before) are used instead of reading those files again."""
+    known = known or {}
+    names = [posixpath.basename(p) for p in sorted(fs.find(dataset_dir))]
+    return {n: known.get(n) or sha256_file(fs, join(dataset_dir, n)) for n in names if ".tmp-" not in n}
 
 
 def final_report(mapping: Mapping, inv: Inventory, res: ValidationResult, checksums: dict[str, str],

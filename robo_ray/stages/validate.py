@@ -19,7 +19,7 @@ from robo_ray.errors import EpisodeError
 from robo_ray.images import decode_image
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory, Reader
-from robo_ray.storage import is_local, join, sha256_file, write_text_atomic
+from robo_ray.storage import HashingReader, is_local, join, open_sequential, write_text_atomic
 from robo_ray.writers.rlds.example import decode_example
 from robo_ray.writers.rlds.schema import shard_filename
 from robo_ray.writers.rlds.tfrecord import read_records
@@ -160,14 +160,11 @@ class Validator:
             if not self.fs.exists(path):
                 missing.append(name)
                 continue
-            sha = sha256_file(self.fs, path)
-            res.shard_sha256[name] = sha
-            if name in expected_sha and expected_sha[name] != sha:
-                res.add(f"checksum {name}", False, f"shard {name} sha256 {sha[:12]}… differs from the ledger's "
-                        f"{expected_sha[name][:12]}… (modified after conversion)")
             count = 0
-            try:
-                with self.fs.open(path, "rb") as f:
+            corrupt: ValueError | None = None
+            with open_sequential(self.fs, path) as raw:
+                f = HashingReader(raw)  # one pass: records parsed and the file hashed
+                try:
                     for rec in read_records(f):
                         count += 1
                         ex = decode_example(rec)
@@ -181,8 +178,15 @@ class Validator:
                         n_schema += self._check_schema(ex, T, shapes, ep_id, res)
                         n_nonfinite += self._count_nonfinite(ex)
                         n_bad_images += self._check_images(ex, T, res)
-            except ValueError as exc:
-                res.add(f"shard {name}", False, f"shard {name} is corrupt: {exc}")
+                except ValueError as exc:
+                    corrupt = exc
+                sha = f.hexdigest()
+            res.shard_sha256[name] = sha
+            if name in expected_sha and expected_sha[name] != sha:
+                res.add(f"checksum {name}", False, f"shard {name} sha256 {sha[:12]}… differs from the ledger's "
+                        f"{expected_sha[name][:12]}… (modified after conversion)")
+            if corrupt is not None:
+                res.add(f"shard {name}", False, f"shard {name} is corrupt: {corrupt}")
                 continue
             if count != n:
                 res.add(f"shard length {name}", False, f"shard {name} holds {count} episodes, dataset_info.json "
