@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -72,3 +74,27 @@ def decode_all_frames(path: Path) -> list[tuple[float, np.ndarray]]:
 
     with av.open(str(path)) as c:
         return [(float(f.time), f.to_ndarray(format="rgb24")) for f in c.decode(c.streams.video[0])]
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
+    """Poll `cond` until it returns something truthy (returned); fail the test after `timeout` seconds."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def sigkill_when(proc: subprocess.Popen, cond: Callable[[], Any], timeout: float, what: str) -> None:
+    """SIGKILL a running driver once `cond` holds (it must still be running then: no clean exit allowed)."""
+    try:
+        wait_for(lambda: proc.poll() is not None or cond(), timeout, what)
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:] if proc.stdout else "driver exited early"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

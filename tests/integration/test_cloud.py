@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -29,7 +28,7 @@ import pytest
 
 from robo_ray.config import load_config
 from robo_ray.stages.pipeline import InProcessExecutor, run_pipeline
-from tests.conftest import REPO, load_rlds, run_cli
+from tests.conftest import REPO, load_rlds, run_cli, sigkill_when
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 from tests.fixtures.servers import FaultRule, free_port, gcs_server, s3_server  # noqa: F401 - fixtures
 
@@ -206,20 +205,8 @@ def test_kill_driver_then_resume_on_s3(s3_server, env, sources, reference, tmp_p
     s3_server.faults.clear()
     slow = s3_server.faults.add(FaultRule(("PUT",), ".tfrecord-", "delay", delay_s=1.2))
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 120:
-            led = _s3_ledger(fs, prefix)
-            if proc.poll() is not None or (led and len(led["shards"]) >= 2):
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    sigkill_when(proc, lambda: len((_s3_ledger(fs, prefix) or {}).get("shards", [])) >= 2, 120,
+                 "2 shards committed on S3")
     s3_server.faults.wait_idle()
     s3_server.faults.clear()
     assert slow.hits >= 2

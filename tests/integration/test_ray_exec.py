@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from robo_ray.config import load_config  # noqa: E402
 from robo_ray.errors import OutputConflict  # noqa: E402
 from robo_ray.stages.pipeline import InProcessExecutor, run_pipeline  # noqa: E402
 from robo_ray.storage import sha256_file, url_to_fs  # noqa: E402
+from tests.conftest import sigkill_when, wait_for  # noqa: E402
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.timeout(300)]
@@ -218,14 +218,7 @@ def _worker_pids(cluster: Cluster) -> list[int]:
     return out
 
 
-def _wait(cond, timeout: float, what: str, step: float = 0.1):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+_wait = wait_for
 
 
 # ---- 1. actor count does not change the bytes -------------------------------------------------------------------
@@ -317,15 +310,8 @@ def test_sigkill_driver_then_resume(cluster, datasets, reference, tmp_path):
     env = dict(cluster.env, ROBO_RAY_FAULT_DELAY_S="1.0", ROBO_RAY_STATUS_INTERVAL_S="1")
     cmd = _cli(cluster, str(datasets["v21"]), str(out), "--actors", "2")
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        _wait(lambda: proc.poll() is not None or ((out / "ledger.json").exists()
-                                                  and len(_ledger(out)["shards"]) >= 3), 150, "3 committed shards")
-        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    sigkill_when(proc, lambda: (out / "ledger.json").exists() and len(_ledger(out)["shards"]) >= 3, 150,
+                 "3 committed shards")
     # the dead driver's actors go with it; wait for them so nothing still writes into `out`
     _wait(lambda: not _worker_pids(cluster), 60, "the killed job's actors to exit", step=0.5)
     ledger = _ledger(out)
