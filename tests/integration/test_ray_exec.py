@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray")
-psutil = pytest.importorskip("psutil")
+import psutil  # noqa: E402
+import ray  # noqa: E402
 
 from robo_ray.config import load_config  # noqa: E402
 from robo_ray.errors import OutputConflict  # noqa: E402
@@ -102,8 +102,7 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster():
     ray_cli = VENV_BIN / "ray"
-    if not ray_cli.exists():
-        pytest.skip(f"ray CLI not found next to {sys.executable}")
+    assert ray_cli.exists(), f"ray CLI not found next to {sys.executable} (ray[default] is a dependency)"
     temp_dir = f"/tmp/rrt-{uuid.uuid4().hex[:8]}"  # short: Ray puts unix sockets under it
     port, dash, agent, agent_grpc, env_agent, metrics, node_mgr, obj_mgr, client = _free_ports(9)
     env = dict(os.environ)

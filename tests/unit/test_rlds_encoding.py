@@ -20,7 +20,7 @@ FEATURES = {
 
 
 def test_example_parses_in_tensorflow() -> None:
-    tf = pytest.importorskip("tensorflow")  # installed by `make test` (extra [tf]); importorskip documents why
+    import tensorflow as tf  # extra [tf], installed by `make test`: a missing TF must fail, not skip
     ex = tf.train.Example.FromString(encode_example(FEATURES))
     f = ex.features.feature
     np.testing.assert_array_equal(np.array(f["steps/action"].float_list.value, np.float32),
@@ -45,7 +45,7 @@ def test_decode_roundtrip() -> None:
 
 
 def test_tfrecord_framing_reads_in_tensorflow(tmp_path) -> None:
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
     payloads = [encode_example(FEATURES), b"", b"x" * 100_000]
     path = tmp_path / "f.tfrecord"
     path.write_bytes(b"".join(frame_record(p) for p in payloads))
