@@ -91,16 +91,31 @@ def _yuv_passthrough_ok(frame: av.VideoFrame) -> bool:
             and int(frame.colorspace) in _BT601_FAMILY)
 
 
-def _plane(frame: av.VideoFrame, index: int, w: int, h: int) -> np.ndarray:
+def _pair_lut(lut: np.ndarray) -> np.ndarray:
+    """The 8-bit table applied to both bytes of a uint16: one lookup for two pixels (about 2x faster)."""
+    i = np.arange(1 << 16)
+    return (lut[i & 0xFF].astype(np.uint16) | (lut[i >> 8].astype(np.uint16) << 8)).astype("=u2")
+
+
+_LUT2_Y, _LUT2_C = _pair_lut(_LUT_Y), _pair_lut(_LUT_C)
+
+
+def _plane(frame: av.VideoFrame, index: int, w: int, h: int,
+           luts: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """One plane as an HxW array (contiguous), through the (8-bit, pair) lookup tables when given."""
     p = frame.planes[index]
-    return np.frombuffer(p, np.uint8).reshape(h, p.line_size)[:, :w]
+    line = p.line_size
+    raw = np.frombuffer(p, np.uint8)[:h * line]
+    if luts is not None:
+        lut, lut2 = luts
+        raw = lut2.take(raw.view(np.uint16)).view(np.uint8) if line % 2 == 0 else lut.take(raw)
+    arr = raw.reshape(h, line)
+    return arr if line == w else np.ascontiguousarray(arr[:, :w])
 
 
 def _jpeg_from_yuv420(frame: av.VideoFrame, quality: int) -> bytes:
     w, h = frame.width, frame.height
-    y, u, v = _plane(frame, 0, w, h), _plane(frame, 1, w // 2, h // 2), _plane(frame, 2, w // 2, h // 2)
-    if frame.format.name == "yuv420p" and int(frame.color_range) != 2:  # 2 = JPEG/full range already
-        y, u, v = _LUT_Y[y], _LUT_C[u], _LUT_C[v]
-    else:
-        y, u, v = np.ascontiguousarray(y), np.ascontiguousarray(u), np.ascontiguousarray(v)
+    expand = frame.format.name == "yuv420p" and int(frame.color_range) != 2  # 2 = JPEG/full range already
+    ly, lc = ((_LUT_Y, _LUT2_Y), (_LUT_C, _LUT2_C)) if expand else (None, None)
+    y, u, v = _plane(frame, 0, w, h, ly), _plane(frame, 1, w // 2, h // 2, lc), _plane(frame, 2, w // 2, h // 2, lc)
     return simplejpeg.encode_jpeg_yuv_planes(y, u, v, quality=quality)

@@ -64,10 +64,10 @@ class FaultPlan:
         inner = converter.convert_episode
         doomed = self.abort_episodes
 
-        def convert_episode(ref):  # noqa: ANN001
+        def convert_episode(ref, *args):  # noqa: ANN001, ANN002
             if ref.episode_index in doomed:
                 os.abort()
-            return inner(ref)
+            return inner(ref, *args)
 
         converter.convert_episode = convert_episode
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -20,7 +21,8 @@ from robo_ray.stages.plan import Unit
 from robo_ray.storage import is_local
 from robo_ray.video import VideoPool
 from robo_ray.writers.rlds.example import FeatureValue
-from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
+from robo_ray.writers.rlds.spool import BytesSpool
+from robo_ray.writers.rlds.writer import RldsWriter, ShardResult, ShardSink
 
 log = logging.getLogger("robo_ray.convert")
 
@@ -57,39 +59,47 @@ class UnitConverter:
         sink = self.writer.open_shard(unit.index, unit.num_shards)
         try:
             for ref in unit.refs:
-                try:
-                    steps, metadata = self.convert_episode(ref)
-                except EpisodeError as exc:
-                    rec = QuarantineRecord(ref.episode_index, exc.code, str(exc), _file_of(exc, ref))
-                except StorageError:  # the store failed after its retries, not the episode: fail the unit
-                    raise  # (Ray retries it, bounded; in-process the run stops with one line naming the URL)
-                except Exception as exc:  # a bug or an unexpected library error: still quarantine, loudly
-                    log.exception("episode %s: unexpected error", ref.episode_index)
-                    rec = QuarantineRecord(ref.episode_index, "EP999", f"unexpected {type(exc).__name__}: {exc}",
-                                           ref.data_path)
-                else:
-                    sink.add(ref.episode_index, steps, metadata, ref.length)
-                    continue
-                sink.quarantine(rec.to_dict())
-                if on_quarantine:
-                    on_quarantine(rec)
+                with spooled_steps() as steps:
+                    rec = self._episode_into(sink, ref, steps)
+                if rec is not None:
+                    sink.quarantine(rec.to_dict())
+                    if on_quarantine:
+                        on_quarantine(rec)
             return sink.commit()
         except BaseException:
             sink.abort()
             raise
 
+    def _episode_into(self, sink: ShardSink, ref: EpisodeRef, steps: dict[str, FeatureValue]
+                      ) -> QuarantineRecord | None:
+        """Convert one episode into the shard; a bad episode comes back as its quarantine record."""
+        try:
+            metadata = self.convert_episode(ref, steps, sink.spool)
+        except EpisodeError as exc:
+            return QuarantineRecord(ref.episode_index, exc.code, str(exc), _file_of(exc, ref))
+        except StorageError:  # the store failed after its retries, not the episode: fail the unit
+            raise  # (Ray retries it, bounded; in-process the run stops with one line naming the URL)
+        except Exception as exc:  # a bug or an unexpected library error: still quarantine, loudly
+            log.exception("episode %s: unexpected error", ref.episode_index)
+            return QuarantineRecord(ref.episode_index, "EP999", f"unexpected {type(exc).__name__}: {exc}",
+                                    ref.data_path)
+        sink.add(ref.episode_index, steps, metadata, ref.length)
+        return None
+
     # ---- one episode -------------------------------------------------------------------------------------------
-    def convert_episode(self, ref: EpisodeRef) -> tuple[dict[str, FeatureValue], dict[str, Any]]:
+    def convert_episode(self, ref: EpisodeRef, steps: dict[str, FeatureValue],
+                        new_spool: Callable[[], BytesSpool] = BytesSpool) -> dict[str, Any]:
+        """Fill `steps` (target key -> values; camera frames go to spools from `new_spool`, which the caller
+        closes) and return the episode metadata."""
         ep = self.reader.load_episode(ref)
         n = ep.length
-        steps: dict[str, FeatureValue] = {}
         for fm in self.mapping.steps:
             if fm.kind == "tensor":
                 steps[fm.target] = self._tensor(ep, fm)
             elif fm.kind == "text":
                 steps[fm.target] = [str(x).encode("utf-8") for x in ep.columns[fm.source]]
         for fm in self.mapping.image_maps():
-            steps[fm.target] = self._images(ep, fm)
+            steps[fm.target] = self._images(ep, fm, new_spool)
         d = self.mapping.defaults
         if d.reward_source:
             steps["reward"] = self._step_column(ep, d.reward_source, np.float32)
@@ -117,7 +127,7 @@ class UnitConverter:
         steps["language_instruction"] = [t.encode("utf-8") for t in lang]
         metadata = {k: _metadata_value(ep.metadata.get(k), self.mapping.metadata_type(k))
                     for k in self.mapping.episode_metadata}
-        return steps, metadata
+        return metadata
 
     def _step_column(self, ep: Episode, key: str, dtype: type) -> np.ndarray:
         """A per-step source column used for an RLDS step field (reward, discount, flags): one value a step."""
@@ -146,7 +156,7 @@ class UnitConverter:
         dtype = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}.get(fm.dtype, np.float32)
         return arr.astype(dtype, copy=False)
 
-    def _images(self, ep: Episode, fm: FieldMap) -> list[bytes]:
+    def _images(self, ep: Episode, fm: FieldMap, new_spool: Callable[[], BytesSpool]) -> FeatureValue:
         enc = self.encoders[fm.source]
         channels = fm.shape[2]
         if fm.source in ep.images:
@@ -162,10 +172,18 @@ class UnitConverter:
         ref = ep.videos.get(fm.source)
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
-        return self._decode_video(ep, fm, ref, enc, channels)
+        out = new_spool()
+        try:
+            self._decode_video(ep, fm, ref, enc, channels, out)
+        except BaseException:
+            out.close()
+            raise
+        return out
 
-    def _decode_video(self, ep: Episode, fm: FieldMap, ref: VideoRef, enc: ImageEncoder, channels: int) -> list[bytes]:
-        """Decode the episode's window of the file forward, matching each step's timestamp to a frame."""
+    def _decode_video(self, ep: Episode, fm: FieldMap, ref: VideoRef, enc: ImageEncoder, channels: int,
+                      out: BytesSpool) -> None:
+        """Decode the episode's window of the file forward, matching each step's timestamp to a frame, encoding
+        each into `out`."""
         path = ref.path
         local_path = self.reader.path(path)
         # one existence check per file, not per episode (v3.0 files hold many; on object stores it is a request)
@@ -183,13 +201,13 @@ class UnitConverter:
         ts = ep.timestamps if ep.timestamps is not None else np.arange(ep.length) / self.reader.fps
         tol = self.options.video_tolerance_s
         start = ref.from_timestamp
-        out: list[bytes] = []
+        frames = 0
         try:
             for t, frame in stream.window(start, ref.to_timestamp, tol):
-                i = len(out)
+                i = frames
                 if i >= ep.length:
                     if ref.to_timestamp is None:
-                        out.append(b"")  # count extra frames only
+                        frames += 1  # count extra frames only
                         continue
                     break
                 q = start + float(ts[i])
@@ -197,19 +215,31 @@ class UnitConverter:
                     raise TimestampMismatch(f"{path}: episode {ep.episode_index} step {i} wants t={q:.4f}s, "
                                             f"the next frame is at {t:.4f}s (tolerance {tol}s)")
                 out.append(enc.encode_frame(frame, channels))
+                frames += 1
         except EpisodeError:
             self.videos.drop(local_path)
             raise
-        if len(out) != ep.length:
+        if frames != ep.length:
             self.videos.drop(local_path)
-            raise FrameCountMismatch(f"{path}: episode {ep.episode_index} camera {fm.source} has {len(out)} "
+            raise FrameCountMismatch(f"{path}: episode {ep.episode_index} camera {fm.source} has {frames} "
                                      f"frames, the parquet has {ep.length} rows")
         if ref.to_timestamp is None:
             self.videos.drop(local_path)  # one file per episode: close it now
-        return out
 
     def close(self) -> None:
         self.videos.close()
+
+
+@contextmanager
+def spooled_steps() -> Iterator[dict[str, FeatureValue]]:
+    """An episode's step features; the camera spools in it are closed (scratch freed) on exit."""
+    steps: dict[str, FeatureValue] = {}
+    try:
+        yield steps
+    finally:
+        for v in steps.values():
+            if isinstance(v, BytesSpool):
+                v.close()
 
 
 def _channels(frame: np.ndarray, channels: int) -> np.ndarray:

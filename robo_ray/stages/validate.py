@@ -7,6 +7,7 @@ source (low-dim exact, images by PSNR against the decoded source frame), and a r
 from __future__ import annotations
 
 import json
+import os
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -20,13 +21,15 @@ from robo_ray.images import decode_image
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.storage import HashingReader, is_local, join, open_sequential, write_text_atomic
-from robo_ray.writers.rlds.example import decode_example
+from robo_ray.writers.rlds.example import decode_example, decode_example_stream
 from robo_ray.writers.rlds.schema import shard_filename
-from robo_ray.writers.rlds.tfrecord import read_records
+from robo_ray.writers.rlds.tfrecord import iter_records
 
 DATASET_INFO_KEYS = {"citation", "description", "fileFormat", "moduleName", "name", "releaseNotes", "splits",
                      "version", "location", "redistributionInfo", "downloadSize", "configName", "configDescription",
                      "supervisedKeys", "schema", "sizeInBytes", "alternativeFileFormats"}
+# Records (episodes) larger than this are parsed as a stream: memory stays bounded whatever the episode length.
+STREAM_RECORDS_OVER = int(os.environ.get("ROBO_RAY_STREAM_RECORDS_OVER", 64 << 20))
 
 
 @dataclass
@@ -165,9 +168,12 @@ class Validator:
             with open_sequential(self.fs, path) as raw:
                 f = HashingReader(raw)  # one pass: records parsed and the file hashed
                 try:
-                    for rec in read_records(f):
+                    for rec in iter_records(f):
                         count += 1
-                        ex = decode_example(rec)
+                        # a long episode is parsed as it streams by (its frames are never all in memory)
+                        ex = decode_example(rec.read_all()) if rec.length <= STREAM_RECORDS_OVER \
+                            else decode_example_stream(rec)
+                        rec.finish()
                         ep_id = int(np.asarray(ex.get("episode_metadata/episode_id", [-1]))[0])
                         T = len(ex.get("steps/is_first", []))
                         if ep_id in episodes:

@@ -34,7 +34,7 @@ from robo_ray.errors import DestinationNotEmpty, EpisodeError
 from robo_ray.images import decode_image
 from robo_ray.mapping import FieldMap, ImageOptions, Mapping, default_mapping
 from robo_ray.readers import open_reader
-from robo_ray.stages.convert import ConvertOptions, UnitConverter
+from robo_ray.stages.convert import ConvertOptions, UnitConverter, spooled_steps
 from robo_ray.storage import is_empty_dir, is_local, join, url_to_fs, write_bytes_atomic, write_text_atomic
 
 ORTF_VERSION = "0.2"
@@ -216,54 +216,56 @@ def _write(conv: UnitConverter, refs: list, mapping: Mapping, layout: _Layout, o
     start = 0
     quarantined: list[dict[str, Any]] = []
     for ref in refs:
-        try:
-            steps, meta = conv.convert_episode(ref)
-        except EpisodeError as exc:  # nothing lost silently: recorded and reported, the rest converts
-            quarantined.append(QuarantineRecord(ref.episode_index, exc.code, str(exc), ref.data_path).to_dict())
-            continue
-        n = len(steps["is_first"])
-        chunk = ref.episode_index // chunk_size
-        ep_id = f"{ref.episode_index:06d}"
-        lang = [b.decode("utf-8") for b in steps["language_instruction"]]
-        for t in lang:
-            if t not in tasks:
-                tasks.append(t)
-        task_ids = np.array([tasks.index(t) for t in lang], dtype=np.int64)
-        per_step_tasks |= len(set(lang)) > 1
-        cols: dict[str, pa.Array] = {
-            "episode_id": pa.array([ep_id] * n), "step_index": pa.array(np.arange(n, dtype=np.int64)),
-            "timestamp": pa.array(np.arange(n, dtype=np.float64) / fps),
-            "is_first": pa.array(steps["is_first"]), "is_last": pa.array(steps["is_last"]),
-            "is_terminal": pa.array(steps["is_terminal"])}
-        for target, col in layout.columns.items():
-            arr = np.asarray(steps[target])
-            fm = next(f for f in mapping.steps if f.target == target)
-            arr = arr.reshape((n, *fm.shape))
-            cols[col] = _list_array(arr)
-            shapes[col] = list(fm.shape)
-            if arr.dtype.kind == "f":
-                stats.setdefault(col, []).append(arr.reshape(n, -1))
-        if layout.reward:
-            cols["reward"] = pa.array(np.asarray(steps["reward"], np.float32))
-        if layout.discount:
-            cols["discount"] = pa.array(np.asarray(steps["discount"], np.float32))
-        video_files: dict[str, str] = {}
-        for cam, fm in layout.cameras.items():
-            cols[f"observation.images.{cam}.frame_index"] = pa.array(np.arange(n, dtype=np.int64))
-            rel = f"videos/{cam}/chunk-{chunk:03d}/episode_{ref.episode_index:06d}.mp4"
-            depth = fm.dtype == "uint16"
-            frames = (_decode_png(b, depth, fm.shape[2]) for b in steps[fm.target])
-            if out.put_video(rel, frames, fps, depth, lossless, crf) != n:
-                raise RuntimeError(f"{rel}: frame count differs from the {n} steps")
-            video_files[cam] = rel
-        cols["task_id"] = pa.array(task_ids)
-        chunks.setdefault(chunk, []).append(pa.table(cols))
-        rows.append({"episode_id": ep_id, "task_id": int(task_ids[0]) if n else 0, "start_step": start,
-                     "end_step": start + n, "length": n, "duration_seconds": n / fps, "success": None,
-                     "failure_reason": None, "operator_notes": "", "chunk_id": chunk, "recorded_at": None,
-                     "video_files": video_files or None, "audio_file": None,
-                     "source_metadata": json.dumps(meta, sort_keys=True, default=str)})
-        start += n
+        with spooled_steps() as steps:
+            try:
+                meta = conv.convert_episode(ref, steps)
+            except EpisodeError as exc:  # nothing lost silently: recorded and reported, the rest converts
+                rec = QuarantineRecord(ref.episode_index, exc.code, str(exc), ref.data_path)
+                quarantined.append(rec.to_dict())
+                continue
+            n = len(steps["is_first"])
+            chunk = ref.episode_index // chunk_size
+            ep_id = f"{ref.episode_index:06d}"
+            lang = [b.decode("utf-8") for b in steps["language_instruction"]]
+            for t in lang:
+                if t not in tasks:
+                    tasks.append(t)
+            task_ids = np.array([tasks.index(t) for t in lang], dtype=np.int64)
+            per_step_tasks |= len(set(lang)) > 1
+            cols: dict[str, pa.Array] = {
+                "episode_id": pa.array([ep_id] * n), "step_index": pa.array(np.arange(n, dtype=np.int64)),
+                "timestamp": pa.array(np.arange(n, dtype=np.float64) / fps),
+                "is_first": pa.array(steps["is_first"]), "is_last": pa.array(steps["is_last"]),
+                "is_terminal": pa.array(steps["is_terminal"])}
+            for target, col in layout.columns.items():
+                arr = np.asarray(steps[target])
+                fm = next(f for f in mapping.steps if f.target == target)
+                arr = arr.reshape((n, *fm.shape))
+                cols[col] = _list_array(arr)
+                shapes[col] = list(fm.shape)
+                if arr.dtype.kind == "f":
+                    stats.setdefault(col, []).append(arr.reshape(n, -1))
+            if layout.reward:
+                cols["reward"] = pa.array(np.asarray(steps["reward"], np.float32))
+            if layout.discount:
+                cols["discount"] = pa.array(np.asarray(steps["discount"], np.float32))
+            video_files: dict[str, str] = {}
+            for cam, fm in layout.cameras.items():
+                cols[f"observation.images.{cam}.frame_index"] = pa.array(np.arange(n, dtype=np.int64))
+                rel = f"videos/{cam}/chunk-{chunk:03d}/episode_{ref.episode_index:06d}.mp4"
+                depth = fm.dtype == "uint16"
+                frames = (_decode_png(b, depth, fm.shape[2]) for b in steps[fm.target])
+                if out.put_video(rel, frames, fps, depth, lossless, crf) != n:
+                    raise RuntimeError(f"{rel}: frame count differs from the {n} steps")
+                video_files[cam] = rel
+            cols["task_id"] = pa.array(task_ids)
+            chunks.setdefault(chunk, []).append(pa.table(cols))
+            rows.append({"episode_id": ep_id, "task_id": int(task_ids[0]) if n else 0, "start_step": start,
+                         "end_step": start + n, "length": n, "duration_seconds": n / fps, "success": None,
+                         "failure_reason": None, "operator_notes": "", "chunk_id": chunk, "recorded_at": None,
+                         "video_files": video_files or None, "audio_file": None,
+                         "source_metadata": json.dumps(meta, sort_keys=True, default=str)})
+            start += n
     for chunk, tables in sorted(chunks.items()):
         table = pa.concat_tables(tables)
         if not per_step_tasks:

@@ -43,3 +43,15 @@ def test_odd_sizes_and_resize_take_the_rgb_path() -> None:
     assert out.shape == (24, 32, 3)
     png = decode_image(ImageEncoder("png").encode_frame(frame))
     np.testing.assert_array_equal(png, frame.to_ndarray(format="rgb24"))
+
+
+def test_range_expansion_on_padded_planes_equals_the_8bit_table() -> None:
+    """Widths whose planes are padded (line_size > width) or whose chroma rows are odd still expand exactly."""
+    from robo_ray.images import _LUT_C, _LUT_Y, _jpeg_from_yuv420
+
+    for h, w in ((96, 128), (48, 100), (50, 70)):
+        frame = _yuv_frame(expected_frame(1, 3, 0, h, w))
+        planes = [np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:ph, :pw]
+                  for p, (ph, pw) in zip(frame.planes, ((h, w), (h // 2, w // 2), (h // 2, w // 2)))]
+        want = simplejpeg.encode_jpeg_yuv_planes(_LUT_Y[planes[0]], _LUT_C[planes[1]], _LUT_C[planes[2]], quality=95)
+        assert _jpeg_from_yuv420(frame, 95) == want, (h, w, [p.line_size for p in frame.planes])

@@ -24,9 +24,10 @@ import numpy as np
 from robo_ray.mapping import Mapping
 from robo_ray.storage import (discard_upload, is_local, join, open_upload, storage_error, url_of, url_to_fs,
                               write_text_atomic)
-from robo_ray.writers.rlds.example import FeatureValue, encode_example
+from robo_ray.writers.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
 from robo_ray.writers.rlds.schema import dataset_info_json, features_json, shard_filename
-from robo_ray.writers.rlds.tfrecord import frame_record
+from robo_ray.writers.rlds.spool import DEFAULT_MAX_MEMORY, BytesSpool
+from robo_ray.writers.rlds.tfrecord import framed_chunks
 
 
 @dataclass
@@ -89,21 +90,30 @@ class ShardSink:
     def url(self) -> str:
         return url_of(self.writer.fs, self.final_path)
 
+    def spool(self) -> BytesSpool:
+        """A BytesList that spills to an anonymous scratch file in the destination (local) or the temp dir."""
+        return BytesSpool(self.writer.scratch_dir, self.writer.spool_memory)
+
     def add(self, episode_index: int, steps: dict[str, FeatureValue], metadata: dict[str, Any], n_steps: int) -> None:
-        framed = frame_record(encode_example(episode_features(steps, metadata)))
-        self._hash.update(framed)
-        self.result.num_bytes += len(framed)
+        """Frame and write one episode; spooled features are streamed, so memory does not grow with its length."""
+        segments = example_segments(episode_features(steps, metadata))
+        for chunk in framed_chunks(segments_size(segments), coalesced_chunks(segments)):
+            self._write(chunk)
+        self.result.episodes.append((episode_index, n_steps))
+
+    def _write(self, chunk: bytes) -> None:
+        self._hash.update(chunk)
+        self.result.num_bytes += len(chunk)
         if self._local:
-            self._f.write(framed)
+            self._f.write(chunk)
         elif self._upload is not None:
             try:
-                self._upload.write(framed)  # uploads a part whenever a block is full
+                self._upload.write(chunk)  # uploads a part whenever a block is full
             except Exception as exc:  # noqa: BLE001 - the store failed after its retries
                 self.abort()
                 raise storage_error(exc, self.url, "uploading shard", self.writer.fs) from exc
         else:
-            self._chunks.append(framed)
-        self.result.episodes.append((episode_index, n_steps))
+            self._chunks.append(chunk)
 
     def quarantine(self, record: dict[str, Any]) -> None:
         self.result.quarantined.append(record)
@@ -157,6 +167,9 @@ class RldsWriter:
         self.mapping = mapping
         self.fs, self.out_root = url_to_fs(out_url, storage_options)
         self.dataset_dir = join(self.out_root, "rlds", mapping.dataset_name, mapping.version)
+        # scratch for spooled camera frames: inside the destination when it is local (never written elsewhere)
+        self.scratch_dir: str | None = self.dataset_dir if is_local(self.fs) else None
+        self.spool_memory = int(os.environ.get("ROBO_RAY_SPOOL_MEMORY", DEFAULT_MAX_MEMORY))
 
     def open_shard(self, index: int, num_shards: int) -> ShardSink:
         return ShardSink(self, index, num_shards)
