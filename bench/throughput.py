@@ -1,7 +1,8 @@
 """Throughput against the decode limit (not a test): in one run on one machine, measure
 
   (a) the decode-only ceiling: every source MP4 decoded with PyAV (single-threaded decoder, as in an actor),
-      spread over N processes for each N in --actors;
+      spread over N processes for each N in --actors; and the same plus the JPEG encoding robo-ray does
+      (quality 95), the floor of any conversion to RLDS images, to show what robo-ray itself adds;
   (b) a full `robo-ray run` with each actor count (Ray actor pool; validation reduced to structural checks),
 
 and print frames/s for each, the ratio (b)/(a) at equal N, the scaling of (b) from 1 to N actors, peak RSS per
@@ -41,11 +42,28 @@ def _decode_file(path: str) -> int:
     return n
 
 
-def decode_ceiling(files: list[str], procs: int) -> dict[str, float]:
-    """Decode every file once, `procs` files at a time; frames/s over the wall time."""
+def _decode_encode_file(path: str, quality: int = 95) -> int:
+    """Decode + the JPEG encoding robo-ray does (no Ray, no parquet, no record writing): the floor at quality q."""
+    from robo_ray.images import ImageEncoder
+
+    enc = ImageEncoder("jpeg", quality)
+    n = 0
+    with av.open(path) as c:
+        s = c.streams.video[0]
+        s.thread_type = "SLICE"
+        s.codec_context.thread_count = 1
+        for frame in c.decode(s):
+            enc.encode_frame(frame)
+            n += 1
+    return n
+
+
+def decode_ceiling(files: list[str], procs: int, encode: bool = False) -> dict[str, float]:
+    """Decode (and JPEG-encode when `encode`) every file once, `procs` files at a time; frames/s over the wall."""
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=procs) as pool:
-        frames = sum(pool.map(_decode_file, sorted(files, key=lambda f: -os.path.getsize(f))))
+        fn = _decode_encode_file if encode else _decode_file
+        frames = sum(pool.map(fn, sorted(files, key=lambda f: -os.path.getsize(f))))
     dt = time.perf_counter() - t0
     return {"processes": procs, "frames": frames, "seconds": dt, "fps": frames / dt}
 
@@ -57,12 +75,15 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.period = pid, period
         self.peak: dict[int, int] = {}
+        self.driver_peak = 0
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                procs = psutil.Process(self.pid).children(recursive=True)
+                root = psutil.Process(self.pid)
+                self.driver_peak = max(self.driver_peak, root.memory_info().rss)
+                procs = root.children(recursive=True)
             except psutil.NoSuchProcess:
                 return
             for p in procs:
@@ -99,6 +120,7 @@ def full_run(src: str, actors: int, workdir: Path) -> dict[str, Any]:
     return {"actors": actors, "frames": frames, "wall_seconds": wall, "convert_seconds": convert_s,
             "fps": frames / convert_s, "fps_wall": frames / wall,
             "peak_rss_mb_per_actor": sorted(round(v / 2**20) for v in sampler.peak.values()),
+            "peak_rss_mb_driver": round(sampler.driver_peak / 2**20),
             "output_bytes_per_frame": nbytes / max(frames, 1)}
 
 
@@ -120,14 +142,20 @@ def video_files(src: Path) -> list[str]:
     return [str(p) for p in sorted(src.rglob("*.mp4"))]
 
 
-def generate(codec: str, episodes: int, frames: int, root: Path) -> Path:
+def generate(codec: str, episodes: int, frames: int, root: Path, cameras: int = 2) -> Path:
+    """A LeRobot v3.0 dataset of `cameras` 640x480 cameras (made once: reused when `root` already holds it)."""
     sys.path.insert(0, str(REPO))
     from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
+    out = root / f"gen_v30_{codec}_{cameras}cam_{episodes}x{frames}"
+    if (out / ".complete").exists():
+        return out
+    names = ["observation.images.top", "observation.images.wrist", "observation.images.side"][:cameras]
     spec = DatasetSpec(version="v3.0", episode_lengths=[frames] * episodes, fps=30, episodes_per_file=10,
-                       cameras=[CameraSpec("observation.images.top", codec, 480, 640),
-                                CameraSpec("observation.images.wrist", codec, 480, 640)])
-    return write_lerobot_dataset(root / f"gen_v30_{codec}_{episodes}x{frames}", spec)
+                       cameras=[CameraSpec(n, codec, 480, 640) for n in names])
+    write_lerobot_dataset(out, spec)
+    (out / ".complete").write_text("")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,27 +166,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=300)
     ap.add_argument("--actors", default="1,2")
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--cache", help="keep generated datasets here and reuse them (default: a temp dir)")
     args = ap.parse_args(argv)
     actor_counts = [int(x) for x in args.actors.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        src = generate(args.generate, args.episodes, args.frames, work) if args.generate else Path(args.dataset)
+        src = (generate(args.generate, args.episodes, args.frames, Path(args.cache or tmp)) if args.generate
+               else Path(args.dataset))
         files = video_files(src)
         ceiling = {n: decode_ceiling(files, n) for n in actor_counts}
+        with_jpeg = {n: decode_ceiling(files, n, encode=True) for n in actor_counts}
         runs = {n: full_run(str(src), n, work) for n in actor_counts}
     name = src.name
-    result = {"dataset": name, "cpus": os.cpu_count(), "decode_only": ceiling, "robo_ray": runs,
+    result = {"dataset": name, "cpus": os.cpu_count(), "decode_only": ceiling, "decode_and_jpeg": with_jpeg,
+              "robo_ray": runs,
               "ratio_to_ceiling": {n: runs[n]["fps"] / ceiling[n]["fps"] for n in actor_counts},
+              "ratio_to_decode_and_jpeg": {n: runs[n]["fps"] / with_jpeg[n]["fps"] for n in actor_counts},
               "scaling_vs_1_actor": {n: runs[n]["fps"] / runs[actor_counts[0]]["fps"] for n in actor_counts}}
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / f"throughput-{name}.json").write_text(json.dumps(result, indent=2))
     md = [f"### {name} ({os.cpu_count()} CPUs)", "",
-          "| actors | decode-only fps | robo-ray fps | ratio | scaling | peak RSS/actor MB | bytes/frame |",
-          "|---|---|---|---|---|---|---|"]
+          "| actors | decode-only fps | decode+JPEG fps | robo-ray fps | ratio to decode | ratio to decode+JPEG "
+          "| scaling | peak RSS/actor MB | bytes/frame |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for n in actor_counts:
         r = runs[n]
-        md.append(f"| {n} | {ceiling[n]['fps']:.0f} | {r['fps']:.0f} | {result['ratio_to_ceiling'][n]:.2f} | "
+        md.append(f"| {n} | {ceiling[n]['fps']:.0f} | {with_jpeg[n]['fps']:.0f} | {r['fps']:.0f} | "
+                  f"{result['ratio_to_ceiling'][n]:.2f} | {result['ratio_to_decode_and_jpeg'][n]:.2f} | "
                   f"{result['scaling_vs_1_actor'][n]:.2f} | {max(r['peak_rss_mb_per_actor'] or [0])} | "
                   f"{r['output_bytes_per_frame']:.0f} |")
     (outdir / f"throughput-{name}.md").write_text("\n".join(md) + "\n")
