@@ -172,7 +172,7 @@ class Validator:
                         count += 1
                         # a long episode is parsed as it streams by (its frames are never all in memory)
                         ex = decode_example(rec.read_all()) if rec.length <= STREAM_RECORDS_OVER \
-                            else decode_example_stream(rec)
+                            else decode_example_stream(rec, big=STREAM_RECORDS_OVER // 4)
                         rec.finish()
                         ep_id = int(np.asarray(ex.get("episode_metadata/episode_id", [-1]))[0])
                         T = len(ex.get("steps/is_first", []))
