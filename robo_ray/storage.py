@@ -11,6 +11,15 @@ URLs: local paths, `s3://bucket/prefix`, `gs://bucket/prefix`, `hf://datasets/<o
 * gs: gcsfs retries 429/5xx/connection errors 6 times with exponential backoff; STORAGE_EMULATOR_HOST or
   `endpoint_url` points it elsewhere.
 * hf: `revision` in the options becomes `@revision` in the path (HfFileSystem's form).
+* every other non-local filesystem (memory://, sftp://, http(s)://, abfs://, a test's faulty://...): handed out
+  wrapped in `RetryingFileSystem`, which retries a call that failed with a transient error (connection reset or
+  refused, timeout, EIO/EAGAIN/EBUSY-like errno, HTTP 5xx/408/429) up to ROBO_RAY_STORAGE_ATTEMPTS times in all
+  (default 5), sleeping ROBO_RAY_STORAGE_BACKOFF_S (default 0.2 s) doubled per attempt with jitter, at most 10 s;
+  then one StorageError line naming the URL. Reads are ranged `cat_file` calls, each retried on its own; a write
+  is retried only whole (the whole object again, never an append twice) and, unless the store replaces objects
+  atomically (memory, Azure, OSS), goes to `<name>.tmp-<random>` first, is checked to hold every byte, then renamed
+  into place: an interrupted write never leaves a partial file under the final name. `retry_stats()` counts the
+  retries of this process.
 
 Before a filesystem is handed out for an s3/gs URL, its bucket is probed once per process (a 1-key listing under
 the URL's prefix, bounded by ROBO_RAY_STORAGE_PROBE_TIMEOUT_S, default 60 s); an hf:// URL's repository and
@@ -18,24 +27,31 @@ revision are resolved. A missing bucket/repository, refused credentials or an en
 one `StorageError` line naming the URL, instead of a traceback or a hang later.
 
 Writes: local = temp file + fsync + os.replace; object stores = one PUT (or a multipart / resumable upload) to the
-final key, never a rename (`open_upload`/`discard_upload` for streamed shards). `create_exclusive` is the
-conditional create for commit markers (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`, local hard link).
+final key, never a rename (`open_upload`/`discard_upload` for streamed shards); other filesystems: see above.
+`create_exclusive` is the conditional create for commit markers (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`,
+local hard link).
 Text written through `write_text_atomic` is passed through `secrets.redact` first.
 """
 from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import logging
 import os
 import posixpath
+import random
 import re
+import threading
+import time
 import uuid
-from typing import Any
+from collections import Counter
+from typing import Any, Callable
 from urllib.parse import quote
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.spec import AbstractBufferedFile
 
 from robo_ray.errors import (BucketNotFound, ConfigError, RoboRayError, StorageAccessDenied, StorageError,
                              StorageUnreachable)
@@ -148,6 +164,7 @@ def url_to_fs(url: str, storage_options: dict[str, Any] | None = None,
         raise ConfigError(redact(f"{redact_url(url)}: invalid URL or storage options: {exc}")) from exc
     if isinstance(fs, LocalFileSystem):
         path = os.path.abspath(path)
+    fs = with_retries(fs)
     root = path.rstrip("/") or "/"
     if probe and protocol_of(fs) in OBJECT_STORES:
         check_bucket(fs, root, url)
@@ -244,10 +261,11 @@ def _is_transport_one(exc: BaseException) -> bool:
 
 def is_transport_error(exc: BaseException) -> bool:
     """A failure of the storage service or the network (after the client's retries), not of the data: the
-    exception itself or what it was raised from (s3fs/pyarrow/PyAV wrap the client's error)."""
+    exception itself or what it was raised from (s3fs/pyarrow/PyAV wrap the client's error). A StorageError (e.g.
+    RetryingFileSystem giving up) is one: callers that map transport errors with `storage_error` keep it as it is."""
     seen = 0
     while exc is not None and seen < 4:
-        if _is_transport_one(exc):
+        if isinstance(exc, StorageError) or _is_transport_one(exc):
             return True
         if isinstance(exc, RoboRayError):
             return False
@@ -370,6 +388,302 @@ def check_hf_repo(fs: fsspec.AbstractFileSystem, root: str, url: str) -> None:
     _probed.add(token)
 
 
+# ---- bounded retries for filesystems whose client does not retry ------------------------------------------------
+RETRY_ATTEMPTS_ENV = "ROBO_RAY_STORAGE_ATTEMPTS"
+RETRY_BACKOFF_ENV = "ROBO_RAY_STORAGE_BACKOFF_S"
+DEFAULT_RETRY_ATTEMPTS = 5
+DEFAULT_RETRY_BACKOFF_S = 0.2
+MAX_RETRY_BACKOFF_S = 10.0
+# clients that retry on their own (botocore, gcsfs, huggingface_hub): handed out as they are
+_OWN_RETRIES = (*OBJECT_STORES, "hf")
+# stores whose PUT replaces an object whole or not at all: written in place; the others via temp + rename
+ATOMIC_PUT = ("memory", "abfs", "abfss", "az", "oss")
+_TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.ETIMEDOUT, errno.EHOSTUNREACH,
+                     errno.ENETUNREACH, errno.ENETDOWN, errno.ENETRESET, errno.EPIPE, errno.EIO, errno.EAGAIN,
+                     errno.EBUSY, getattr(errno, "EREMOTEIO", errno.EIO)}
+_PERMANENT = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+_retry_lock = threading.Lock()
+_retries: Counter[str] = Counter()
+_log = logging.getLogger(__name__)
+
+
+def retry_attempts() -> int:
+    try:
+        return max(1, int(os.environ.get(RETRY_ATTEMPTS_ENV, DEFAULT_RETRY_ATTEMPTS)))
+    except ValueError:
+        return DEFAULT_RETRY_ATTEMPTS
+
+
+def _backoff(attempt: int) -> float:
+    try:
+        base = max(0.0, float(os.environ.get(RETRY_BACKOFF_ENV, DEFAULT_RETRY_BACKOFF_S)))
+    except ValueError:
+        base = DEFAULT_RETRY_BACKOFF_S
+    return min(MAX_RETRY_BACKOFF_S, base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+def retry_stats() -> dict[str, int]:
+    """Transient errors retried by this process so far, per action ("reading", "writing", "listing"...)."""
+    with _retry_lock:
+        return dict(_retries)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An error worth another attempt: the network or the service hiccuped (reset, refused, timeout, EIO-like errno,
+    HTTP 5xx/408/429), not a missing file, a refused permission or robo-ray's own error."""
+    seen = 0
+    while exc is not None and seen < 4:
+        if isinstance(exc, (RoboRayError, *_PERMANENT)) or isinstance(exc, _access_types()):
+            return False
+        if isinstance(exc, _transport_types()):
+            return True
+        status = _http_status(exc)
+        if status is not None:
+            return status >= 500 or status in (408, 429)
+        if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+        seen += 1
+    return False
+
+
+def retry_call(fn: Callable[[int], Any], fs: fsspec.AbstractFileSystem, path: str, action: str) -> Any:
+    """`fn(attempt)` until it returns, at most `retry_attempts()` times; only transient errors are retried. When
+    they run out: the StorageError line for `path`'s URL, saying how many attempts were made."""
+    attempts = retry_attempts()
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn(attempt)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            if not is_transient(exc):
+                raise
+            if attempt >= attempts:
+                err = storage_error(exc, url_of(fs, path), action, fs)
+                raise type(err)(f"{err} (gave up after {attempts} attempts)") from exc
+            with _retry_lock:
+                _retries[action] += 1
+            _log.debug("%s %s: attempt %d failed (%s); retrying", action, url_of(fs, path), attempt, _short(exc))
+            time.sleep(_backoff(attempt))
+    raise AssertionError("unreachable")
+
+
+def temp_name(path: str) -> str:
+    """Where a write goes before it is renamed to `path` (robo-ray's temp names all contain `.tmp-`)."""
+    return f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+
+
+# method -> action named in messages; these are safe to repeat whole (reads, idempotent creates and copies)
+_RETRIED = {"info": "checking", "ls": "listing", "find": "listing", "glob": "listing", "du": "listing",
+            "expand_path": "listing", "cat_file": "reading", "cat": "reading", "cat_ranges": "reading",
+            "get_file": "downloading", "get": "downloading", "checksum": "checking", "ukey": "checking",
+            "modified": "checking", "created": "checking", "makedirs": "creating", "touch": "writing",
+            "cp_file": "copying", "copy": "copying"}
+
+
+class RetryingFileSystem:
+    """A filesystem whose calls are retried on transient errors (see the module docstring); everything else is the
+    wrapped filesystem's own (`protocol`, `unstrip_protocol`, ...). Writes are whole-object and never visible
+    partial under their final name."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem) -> None:
+        self.fs = fs
+        self.atomic_put = protocol_of(fs) in ATOMIC_PUT
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return RetryingFileSystem, (self.fs,)
+
+    def __repr__(self) -> str:
+        return f"RetryingFileSystem({self.fs!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "fs" or name.startswith("__"):
+            raise AttributeError(name)
+        attr = getattr(self.fs, name)
+        action = _RETRIED.get(name)
+        if action is None or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            path = args[0] if args and isinstance(args[0], str) else str(kwargs.get("path", ""))
+            return retry_call(lambda _: attr(*args, **kwargs), self.fs, path, action)
+        return call
+
+    def _retry(self, action: str, path: str, fn: Callable[[int], Any]) -> Any:
+        return retry_call(fn, self.fs, path, action)
+
+    # ---- questions answered from `info`, whose errors are not swallowed (fsspec's `exists` says False on any) --
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        try:
+            self.info(path)
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    lexists = exists
+
+    def isdir(self, path: str) -> bool:
+        try:
+            return self.info(path)["type"] == "directory"
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def isfile(self, path: str) -> bool:
+        try:
+            return self.info(path)["type"] == "file"
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def size(self, path: str) -> int | None:
+        return self.info(path).get("size")
+
+    # ---- files ---------------------------------------------------------------------------------------------
+    def open(self, path: str, mode: str = "rb", block_size: int | None = None, cache_options: dict | None = None,
+             compression: str | None = None, **kwargs: Any) -> Any:
+        """"rb": a buffered file whose every fetch is one retried ranged read; "wb"/"xb": a buffer written whole
+        (and atomically) on close; other modes (append): the wrapped filesystem's file, not retried."""
+        if mode == "rb" and compression is None:
+            info = self.info(path)
+            if info.get("type") == "directory":
+                raise IsADirectoryError(url_of(self.fs, path))
+            if info.get("size") is not None:
+                return _RetryingReadFile(self, path, block_size=block_size or "default",
+                                         cache_type=kwargs.get("cache_type", "readahead"),
+                                         cache_options=cache_options, size=info["size"])
+        if mode in ("wb", "xb") and compression is None:
+            return _WholeWriteFile(self, path, exclusive=mode == "xb")
+        return self.fs.open(path, mode, block_size=block_size, cache_options=cache_options,
+                            compression=compression, **kwargs)
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        data = bytes(value)
+        if mode == "create" and self.exists(path):
+            raise FileExistsError(url_of(self.fs, path))
+        if self.atomic_put:
+            self._retry("writing", path, lambda _: self.fs.pipe_file(path, data, **kwargs))
+            return
+        self._via_temp(path, len(data), lambda tmp: self.fs.pipe_file(tmp, data, **kwargs))
+
+    def pipe(self, path: str | dict[str, bytes], value: bytes | None = None, **kwargs: Any) -> None:
+        items = path.items() if isinstance(path, dict) else [(path, value)]
+        for p, v in items:
+            self.pipe_file(p, v, **kwargs)
+
+    def put_file(self, lpath: str, rpath: str, **kwargs: Any) -> None:
+        if self.atomic_put:
+            self._retry("uploading", rpath, lambda _: self.fs.put_file(lpath, rpath, **kwargs))
+            return
+        self._via_temp(rpath, os.path.getsize(lpath), lambda tmp: self.fs.put_file(lpath, tmp, **kwargs))
+
+    def _via_temp(self, path: str, nbytes: int, write: Callable[[str], Any]) -> None:
+        """Write a temp sibling (each attempt rewrites it whole), check it holds `nbytes`, rename it to `path`;
+        then remove temps of `path` left by writers that were killed."""
+        tmp = temp_name(path)
+        try:
+            self._retry("writing", path, lambda _: write(tmp))
+            kept = self._retry("writing", path, lambda _: self.fs.info(tmp).get("size"))
+            if kept is not None and kept != nbytes:
+                raise StorageError(f"writing {url_of(self.fs, path)} failed: the store kept {kept} of {nbytes} bytes")
+            self._retry("writing", path, lambda attempt: self._rename(tmp, path, attempt, nbytes))
+        except Exception:
+            try:
+                self.fs.rm_file(tmp)
+            except Exception:  # noqa: BLE001 - best effort: a temp name is never taken for the file
+                pass
+            raise
+        self._sweep_temps(path)
+
+    def _rename(self, tmp: str, path: str, attempt: int, nbytes: int) -> None:
+        try:
+            self.fs.mv(tmp, path)
+        except FileNotFoundError:  # an earlier attempt renamed it and then lost the answer?
+            if attempt == 1 or self.fs.exists(tmp) or self.fs.info(path).get("size") != nbytes:
+                raise
+
+    def _sweep_temps(self, path: str) -> None:
+        parent, _, base = path.rpartition("/")
+        try:
+            names = self._retry("listing", parent or "/", lambda _: self.fs.ls(parent or "/", detail=False))
+            for p in names:
+                if posixpath.basename(p.rstrip("/")).startswith(f"{base}.tmp-"):
+                    self.rm_file(p)
+        except Exception:  # noqa: BLE001 - best effort: stale temps never count as output
+            pass
+
+    # ---- deletes and renames: repeating one that went through must not fail --------------------------------
+    def _gone_ok(self, action: str, path: str, fn: Callable[[], Any]) -> None:
+        def once(attempt: int) -> None:
+            try:
+                fn()
+            except FileNotFoundError:
+                if attempt == 1:
+                    raise
+        self._retry(action, path, once)
+
+    def rm_file(self, path: str) -> None:
+        self._gone_ok("deleting", path, lambda: self.fs.rm_file(path))
+
+    def rm(self, path: str, recursive: bool = False, maxdepth: int | None = None) -> None:
+        self._gone_ok("deleting", path, lambda: self.fs.rm(path, recursive=recursive, maxdepth=maxdepth))
+
+    def mv(self, path1: str, path2: str, **kwargs: Any) -> None:
+        self._gone_ok("renaming", path1, lambda: self.fs.mv(path1, path2, **kwargs))
+
+    rename = mv
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        def once(attempt: int) -> None:
+            try:
+                self.fs.mkdir(path, create_parents=create_parents, **kwargs)
+            except FileExistsError:
+                if attempt == 1:
+                    raise
+        self._retry("creating", path, once)
+
+
+def with_retries(fs: fsspec.AbstractFileSystem) -> Any:
+    """`fs` wrapped in RetryingFileSystem, unless it is local, already wrapped, or its client retries itself."""
+    if isinstance(fs, (LocalFileSystem, RetryingFileSystem)) or protocol_of(fs) in _OWN_RETRIES:
+        return fs
+    return RetryingFileSystem(fs)
+
+
+class _RetryingReadFile(AbstractBufferedFile):
+    """Read-only buffered file of a RetryingFileSystem: each block is one ranged `cat_file`, retried on its own."""
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        fs: RetryingFileSystem = self.fs
+        return fs._retry("reading", self.path, lambda _: fs.fs.cat_file(self.path, start=start, end=end))
+
+
+class _WholeWriteFile(io.BytesIO):
+    """Collects a file written through a RetryingFileSystem and stores it whole on `close` (exclusively for "xb");
+    an exception inside `with`, or garbage collection, stores nothing."""
+
+    def __init__(self, fs: RetryingFileSystem, path: str, exclusive: bool) -> None:
+        super().__init__()
+        self.fs, self.path, self.exclusive = fs, path, exclusive
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        data = self.getvalue()
+        super().close()
+        self.fs.pipe_file(self.path, data, mode="create" if self.exclusive else "overwrite")
+
+    def discard(self) -> None:
+        super().close()
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        if exc_type is not None:
+            self.discard()
+        else:
+            self.close()
+
+    def __del__(self) -> None:
+        if not self.closed:
+            self.discard()
+
+
 # ---- reads ------------------------------------------------------------------------------------------------------
 def open_input(fs: fsspec.AbstractFileSystem, path: str, sequential: bool = False):
     """A seekable binary file for reading. Remote files are not read ahead whole: random access (parquet via
@@ -377,6 +691,7 @@ def open_input(fs: fsspec.AbstractFileSystem, path: str, sequential: bool = Fals
     handed to PyAV) gets STREAM_BLOCK-sized ranged GETs, one block buffered at a time."""
     if is_local(fs):
         return fs.open(path, "rb")
+    fs = with_retries(fs)
     if sequential:
         return fs.open(path, "rb", block_size=STREAM_BLOCK, cache_type="readahead")
     return fs.open(path, "rb", cache_type="none")
@@ -410,7 +725,7 @@ def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) ->
                 os.remove(tmp)
         return
     try:
-        fs.pipe_file(path, data)
+        with_retries(fs).pipe_file(path, data)
     except Exception as exc:  # noqa: BLE001 - one line naming the URL
         raise storage_error(exc, url_of(fs, path), "writing", fs) from exc
 
@@ -424,8 +739,8 @@ def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> N
     """Create `path` with `data` only if it does not exist yet; FileExistsError if it does (someone else won).
 
     Local: temp file + hard link (atomic, fails if the name exists). S3: PUT with If-None-Match: * (AWS S3, MinIO
-    and moto enforce it). GCS: upload with ifGenerationMatch=0. Other filesystems (memory://): check then write,
-    which is not atomic."""
+    and moto enforce it). GCS: upload with ifGenerationMatch=0. Other filesystems (memory://): check then write
+    (retried, via temp + rename where puts are not atomic), which is not atomic."""
     if is_local(fs):
         tmp = _local_temp_copy(path, data)
         try:
@@ -450,9 +765,13 @@ def create_exclusive(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> N
                 raise FileExistsError(url_of(fs, path)) from exc
             raise storage_error(exc, url_of(fs, path), "creating", fs) from exc
         return
+    fs = with_retries(fs)
     if fs.exists(path):
         raise FileExistsError(url_of(fs, path))
-    fs.pipe_file(path, data)
+    try:
+        fs.pipe_file(path, data)
+    except Exception as exc:  # noqa: BLE001
+        raise storage_error(exc, url_of(fs, path), "creating", fs) from exc
 
 
 def open_upload(fs: fsspec.AbstractFileSystem, path: str):
