@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -295,6 +296,35 @@ def _progress_printer():
     return update
 
 
+class _OneLine(logging.Formatter):
+    """A log record as one stderr line (no traceback), secrets masked."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(f"{record.levelname.lower()}: {record.getMessage()}".replace("\n", " "))
+
+
+DEBUG_ENV = "ROBO_RAY_DEBUG"
+
+
+def setup_logging(debug: bool) -> None:
+    """robo-ray's own log records (warnings and up) on stderr. Without --debug: one line each, and a record carrying
+    an exception is left out, because the problem is already reported in its own line with a stable code (an
+    episode's unexpected error is its `quarantined[EP999]` line). With --debug: the records with tracebacks.
+
+    The choice is exported as ROBO_RAY_DEBUG=1|0 so that worker processes the run starts can make the same one
+    (`setup_logging(os.environ.get(DEBUG_ENV) == "1")`)."""
+    os.environ[DEBUG_ENV] = "1" if debug else "0"
+    handler = logging.StreamHandler(sys.stderr)
+    if debug:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(_OneLine())
+        handler.addFilter(lambda record: not record.exc_info)
+    logger = logging.getLogger("robo_ray")
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
 COMMANDS = {"run": cmd_run, "discover": cmd_discover, "spec": cmd_spec, "convert": cmd_convert,
             "validate": cmd_validate, "publish": cmd_publish, "demo": cmd_demo}
 
@@ -303,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     args = build_parser().parse_args(argv)
+    setup_logging(args.debug)
     try:
         return COMMANDS[args.command](args)
     except RoboRayError as exc:

@@ -137,3 +137,18 @@ class StorageAccessDenied(StorageError):
 
     code = "RR603"
     exit_code = 2
+
+
+class EpisodeTooLarge(EpisodeError):
+    """One episode's arrays exceed the size/shape limits (robo_ray.safety), checked from the source's own headers
+    before anything is read: the episode is quarantined, the run goes on."""
+
+    code = "EP206"
+
+
+class EpisodeDataOutside(EpisodeError):
+    """One episode's data lives outside its file (an HDF5 virtual dataset, external storage): refused before
+    anything is read, the episode is quarantined, the run goes on. (Links out of the file refuse the whole run,
+    RR301: they are found when the file is opened.)"""
+
+    code = "EP207"

@@ -46,23 +46,34 @@ def check_relative_path(path: str) -> str:
     return norm
 
 
-def check_shape(key: str, shape: Any) -> tuple[int, ...]:
-    """Shapes come from JSON: a list of small positive ints."""
+def check_shape(key: str, shape: Any, where: str = "") -> tuple[int, ...]:
+    """Shapes come from JSON: a list of small positive ints. `where` (the metadata file) prefixes the message."""
+    at = f"{where}: " if where else ""
     if not isinstance(shape, (list, tuple)) or len(shape) > 5:
-        raise UnsafeInput(f"feature {key!r}: shape {shape!r} is not a list of at most 5 dims")
+        raise UnsafeInput(f"{at}feature {key!r}: shape {shape!r:.80} is not a list of at most 5 dims")
     dims: list[int] = []
     total = 1
     for d in shape:
         if isinstance(d, bool) or not isinstance(d, int) or d < 1 or d > MAX_DIM:
-            raise UnsafeInput(f"feature {key!r}: shape {shape!r} has a dim outside 1..{MAX_DIM}")
+            raise UnsafeInput(f"{at}feature {key!r}: shape {shape!r} has a dim outside 1..{MAX_DIM}")
         dims.append(d)
         total *= d
     if total > MAX_ELEMENTS_PER_STEP:
-        raise UnsafeInput(f"feature {key!r}: shape {shape!r} is too large ({total} elements per step)")
+        raise UnsafeInput(f"{at}feature {key!r}: shape {shape!r} is too large ({total} elements per step)")
     return tuple(dims)
 
 
 def check_count(name: str, value: Any, limit: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > limit:
-        raise UnsafeInput(f"{name} = {value!r} is not an integer in 0..{limit}")
+        raise UnsafeInput(f"{name} = {value!r:.40} is not an integer in 0..{limit}")
     return value
+
+
+def check_declared_counts(where: str, declared: dict[str, Any], limits: dict[str, int]) -> None:
+    """Declared totals (info.json `total_episodes`, ...) are only compared with what the files hold, but one that is
+    not a plausible count (`1e12`, `-1`, `"many"`) means the metadata cannot be trusted: refuse it. Absent or null
+    keys are fine."""
+    for key, limit in limits.items():
+        value = declared.get(key)
+        if value is not None:
+            check_count(f"{where}: {key}", value, limit)

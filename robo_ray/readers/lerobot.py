@@ -17,10 +17,14 @@ import pyarrow.parquet as pq
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, VideoRef
 from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnknownFormat, UnsafeInput
 from robo_ray.readers.base import DatasetFiles, Inventory
-from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_shape,
-                             render_path_template)
+from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_declared_counts,
+                             check_shape, render_path_template)
 from robo_ray.storage import is_transport_error, open_input, storage_error, url_of, url_to_fs
 
+INFO = "meta/info.json"
+# declared totals: compared with the episode index (findings), but a value that is not a count is refused
+DECLARED_LIMITS = {"total_episodes": MAX_EPISODES, "total_frames": MAX_EPISODES * MAX_EPISODE_LENGTH,
+                   "total_tasks": MAX_EPISODES * 16, "total_videos": MAX_EPISODES * 64, "total_chunks": MAX_EPISODES}
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 SUPPORTED_VERSIONS = ("v2.0", "v2.1", "v3.0")
 _CHANNEL_NAMES = ("channel", "channels", "c")
@@ -39,7 +43,7 @@ def _parse_version(raw: Any) -> str:
 
 def _image_hwc(key: str, feat: dict[str, Any]) -> tuple[tuple[int, int, int], tuple[int, ...]]:
     """Return (HWC shape, declared shape) for an image/video feature, accepting CHW and legacy layouts."""
-    declared = check_shape(key, feat.get("shape"))
+    declared = check_shape(key, feat.get("shape"), INFO)
     info = feat.get("info") or feat.get("video_info") or {}
     names = feat.get("names")
     if isinstance(names, dict):  # legacy {"axes": [...]}
@@ -85,7 +89,7 @@ def parse_features(raw: Any) -> dict[str, FeatureSpec]:
                 np.dtype(dtype)
             except TypeError as exc:
                 raise SourceFormatError(f"meta/info.json: feature {key!r} has unknown dtype {dtype!r}") from exc
-            shape = check_shape(key, feat.get("shape", [1]))
+            shape = check_shape(key, feat.get("shape", [1]), INFO)
             out[key] = FeatureSpec(key, "tensor", str(np.dtype(dtype)), shape, feat.get("names"), shape)
     return out
 
@@ -109,6 +113,7 @@ class LeRobotReader(DatasetFiles):
         if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (0 < fps <= 10_000):
             raise SourceFormatError(f"meta/info.json: fps {fps!r} is not a positive number")
         self.fps = float(fps)
+        check_declared_counts(INFO, self.info, DECLARED_LIMITS)
         self._tasks: list[str] | None = None
 
     # ---- small I/O helpers (exists/open_binary add storage-error mapping to DatasetFiles') ---------------------
@@ -225,7 +230,10 @@ class LeRobotReader(DatasetFiles):
         template = self.info.get(template_key)
         if not isinstance(template, str):
             raise SourceFormatError(f"meta/info.json: {template_key} is missing")
-        return render_path_template(template, fields)
+        try:
+            return render_path_template(template, fields)
+        except UnsafeInput as exc:
+            raise UnsafeInput(f"{INFO}: {template_key}: {exc}") from exc
 
     # ---- discover ----------------------------------------------------------------------------------------------
     def episode_refs(self) -> list[EpisodeRef]:

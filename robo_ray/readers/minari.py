@@ -8,8 +8,9 @@ Arrow: `data/<id>/part-0.arrow` per episode, every column padded to T+1 rows, Di
 Episodes come out in the RLDS layout: T transitions and T+1 observations make T+1 steps; action, reward,
 terminations and truncations get a zero row at the end (the invalid last step), and the reader adds two per-step
 columns, `is_terminal` (terminations[-1] on the last step) and `discount` (0 after a terminating transition and on
-the last step, else 1). The HDF5 file is untrusted: external/soft links, virtual datasets and external storage are
-refused, and shapes are bounded before anything is read.
+the last step, else 1). The HDF5 file is untrusted: an external or soft link refuses the whole file when it is opened
+(RR301); an episode with a virtual or externally stored dataset (EP207), or one beyond the shape limits (EP206), is
+quarantined before anything of it is read.
 """
 from __future__ import annotations
 
@@ -21,14 +22,16 @@ from typing import Any, Iterator
 import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
-from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnsafeInput
+from robo_ray.errors import (DataCorrupt, DataMissing, EpisodeDataOutside, EpisodeTooLarge, SourceFormatError,
+                             SourceNotFound, UnsafeInput)
 from robo_ray.readers.base import DatasetFiles, Finding, Inventory
 from robo_ray.safety import (MAX_DIM, MAX_ELEMENTS_PER_STEP, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES,
-                             check_count, check_shape)
+                             check_count, check_declared_counts, check_shape)
 from robo_ray.storage import is_local, join, url_to_fs
 
 MAIN_FILE = "main_data.hdf5"
 STEP_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
+TRANSITION_KEYS = STEP_KEYS[1:]
 MAX_EPISODE_BYTES = 4 << 30  # one episode's arrays, checked from HDF5 shapes before reading
 _EPISODE_GROUP = re.compile(r"^episode_(\d{1,12})$")
 _ARROW_SUFFIX = {"arrow": ".arrow", "parquet": ".parquet"}
@@ -126,23 +129,38 @@ def _jsonable(value: Any) -> Any:
 
 
 # ---- HDF5, refusing what could reach outside the file ----------------------------------------------------------
+def _h5_check_links(f: Any, where: str) -> None:
+    """Refuse the whole file if a link in it points anywhere but at an object of the file itself (external links
+    to other files, soft links): every link is visited, none followed, no object opened (fast: ~10 us a link)."""
+    import h5py
+    from h5py import h5l
+
+    found: list[str] = []
+
+    def visit(name: bytes, info: Any) -> int | None:
+        if info.type != h5l.TYPE_HARD:
+            found.append(name.decode("utf-8", "replace"))
+            return 1  # stop
+        return None
+
+    f.id.links.visit(visit, info=True)
+    if found:
+        link = f.get(found[0], getlink=True)
+        what = f"an HDF5 external link (to {link.filename})" if isinstance(link, h5py.ExternalLink) else \
+            f"an HDF5 soft link (to {link.path})" if isinstance(link, h5py.SoftLink) else "an HDF5 user-defined link"
+        raise UnsafeInput(f"{where}: /{found[0]} is {what}; refused")
+
+
 def _h5_children(group: Any, where: str) -> Iterator[tuple[str, Any]]:
-    """(name, object) of a group's members; external/soft links, virtual and external datasets are refused."""
+    """(name, object) of a group's members; anything but a hard link is refused (the file was checked when opened:
+    this only guards a file that changed since)."""
     import h5py
 
     for name in group:
         link = group.get(name, getlink=True)
-        if isinstance(link, h5py.ExternalLink):
-            raise UnsafeInput(f"{where}: {group.name}/{name} is an HDF5 external link (to {link.filename}); refused")
-        if isinstance(link, h5py.SoftLink):
-            raise UnsafeInput(f"{where}: {group.name}/{name} is an HDF5 soft link; refused")
-        obj = group[name]
-        if isinstance(obj, h5py.Dataset):
-            if obj.is_virtual:
-                raise UnsafeInput(f"{where}: {obj.name} is an HDF5 virtual dataset; refused")
-            if obj.external:
-                raise UnsafeInput(f"{where}: {obj.name} stores its data in external files; refused")
-        yield name, obj
+        if not isinstance(link, h5py.HardLink):
+            raise UnsafeInput(f"{where}: {group.name}/{name} is an HDF5 {type(link).__name__}; refused")
+        yield name, group[name]
 
 
 def _h5_leaves(group: Any, prefix: str, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
@@ -159,14 +177,20 @@ def _h5_leaves(group: Any, prefix: str, where: str, depth: int = 0) -> Iterator[
 
 
 def _check_dataset(ds: Any, where: str) -> None:
+    """An episode's dataset must hold its own data and fit the limits before it is read (else the episode is
+    quarantined: EP207, EP206)."""
+    if ds.is_virtual:
+        raise EpisodeDataOutside(f"{where}: {ds.name} is an HDF5 virtual dataset (data in other files); refused")
+    if ds.external:
+        raise EpisodeDataOutside(f"{where}: {ds.name} stores its data in external files; refused")
     shape = tuple(ds.shape or ())
     if not shape:
         return
     if shape[0] > MAX_EPISODE_LENGTH + 1 or any(d > MAX_DIM for d in shape[1:]):
-        raise UnsafeInput(f"{where}: dataset {ds.name} has shape {shape}, beyond the limits")
+        raise EpisodeTooLarge(f"{where}: dataset {ds.name} has shape {shape}, beyond the limits")
     per = int(np.prod(shape[1:])) if len(shape) > 1 else 1
     if per > MAX_ELEMENTS_PER_STEP or shape[0] * per * max(ds.dtype.itemsize, 1) > MAX_EPISODE_BYTES:
-        raise UnsafeInput(f"{where}: dataset {ds.name} with shape {shape} is too large")
+        raise EpisodeTooLarge(f"{where}: dataset {ds.name} with shape {shape} is too large")
 
 
 def _h5_feature(key: str, ds: Any) -> FeatureSpec:
@@ -213,6 +237,8 @@ class MinariReader(DatasetFiles):
         if self.data_format not in ("hdf5", *_ARROW_SUFFIX):
             raise SourceFormatError(f"data/metadata.json: data_format {self.data_format!r} is not supported "
                                     "(hdf5, arrow, parquet)")
+        check_declared_counts(f"data/{MAIN_FILE} attributes" if self.legacy else "data/metadata.json", self.metadata,
+                              {"total_episodes": MAX_EPISODES, "total_steps": MAX_EPISODES * MAX_EPISODE_LENGTH})
         self.version = str(self.metadata.get("minari_version") or ("0.4" if self.legacy else "0.5"))
         self.jpeg = bool(self.metadata.get("jpeg_encoding", not self.legacy))
         self._episode_dirs: dict[int, list[str]] = {}
@@ -246,6 +272,11 @@ class MinariReader(DatasetFiles):
                 raise SourceFormatError(f"{rel}: file is missing") from exc
             except OSError as exc:
                 raise SourceFormatError(f"{rel}: not a readable HDF5 file ({exc})") from exc
+            try:
+                _h5_check_links(self._h5, rel)
+            except BaseException:
+                self.close()
+                raise
         return self._h5
 
     def __getstate__(self) -> dict[str, Any]:
@@ -421,7 +452,7 @@ class MinariReader(DatasetFiles):
         table = self._arrow_table(ref.episode_index)
         flat = _arrow_flat(table, self.features)
         n = table.num_rows
-        for key in ("actions", "rewards", "terminations", "truncations"):
+        for key in TRANSITION_KEYS:
             for k in list(flat):
                 if k == key or k.startswith(key + "/"):
                     flat[k] = flat[k][:n - 1]  # Arrow pads transitions to T+1 rows
@@ -441,11 +472,19 @@ class MinariReader(DatasetFiles):
                 raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} has no {key!r}")
             value = arrays[key]
             rows = len(value)
-            if rows == T and key.split("/")[0] != "observations" and n != T:
+            top = key.split("/")[0]
+            if top in TRANSITION_KEYS:  # one row per transition, exactly (T+1 actions are not an extra step)
+                if rows != T:
+                    raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} {key!r} has {rows} rows, "
+                                      f"expected {T} (one per transition)")
+                value = _pad(value, spec)
+            elif rows == T and top != "observations":  # infos / extras recorded per transition
                 value = _pad(value, spec)
             elif rows != n:
+                want = f"{n} (one per step: {T} transitions + the final one)" if top == "observations" else \
+                    f"{n} (one per step) or {T} (one per transition)"
                 raise DataCorrupt(f"{ref.data_path}: episode {ref.episode_index} {key!r} has {rows} rows, "
-                                  f"expected {n} (or {T} for transitions)")
+                                  f"expected {want}")
             if spec.kind == "image":
                 ep.images[key] = self._image_rows(value, spec, ref)
             elif spec.kind == "string":
