@@ -34,11 +34,30 @@ class PlanConfig(BaseModel):
 
 
 class ConvertConfig(BaseModel):
+    """How episodes are converted.
+
+    Timeouts (robo_ray/watchdog.py; `null` turns one off, both `null` turn the watchdog off):
+
+    * `unit_timeout_s` (default 3600): wall time one attempt at a unit (one output shard) may take. A unit over
+      it is stopped (its worker replaced) and its episodes are quarantined as EP902 (on Ray after
+      ROBO_RAY_MAX_ATTEMPTS attempts).
+    * `read_timeout_s` (default 300): longest time a worker may go without progress (a video frame decoded, a
+      file opened, an episode started or finished), e.g. a read that never returns. The episode being read is
+      quarantined as EP902 naming the file, the worker is replaced and the rest of the unit converted without it.
+      Remote reads retry on their own first (s3 5 attempts of 15 s), so keep it above a minute for buckets.
+
+    In-process runs convert in a worker thread that is abandoned when stuck (PyAV/FFmpeg and Python file reads
+    wait with the GIL released) and replaced by a fresh one; on Ray the driver kills the stuck actor (Ray restarts
+    it). Neither timeout changes the bytes of a converted shard, and neither is part of what `--resume` compares
+    (a resume may raise them)."""
+
     model_config = ConfigDict(extra="forbid")
     video_tolerance_s: float = Field(1e-4, gt=0, le=1.0)
     nan_policy: Literal["quarantine", "fail", "allow"] = "quarantine"
     decoder_threads: int = Field(1, ge=0, le=64)
     max_quarantine_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    unit_timeout_s: float | None = Field(3600.0, ge=1.0, le=7 * 24 * 3600.0)
+    read_timeout_s: float | None = Field(300.0, ge=1.0, le=24 * 3600.0)
 
 
 class ValidateConfig(BaseModel):

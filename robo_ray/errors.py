@@ -146,6 +146,14 @@ class EpisodeTooLarge(EpisodeError):
     code = "EP206"
 
 
+class EpisodeTimedOut(EpisodeError):
+    """A read or decode made no progress within `convert.read_timeout_s`, or the unit ran past
+    `convert.unit_timeout_s`: the worker was replaced (an in-process thread abandoned, a Ray actor killed; see
+    robo_ray/watchdog.py). Quarantined; `--resume` retries the unit."""
+
+    code = "EP902"
+
+
 class EpisodeDataOutside(EpisodeError):
     """One episode's data lives outside its file (an HDF5 virtual dataset, external storage): refused before
     anything is read, the episode is quarantined, the run goes on. (Links out of the file refuse the whole run,

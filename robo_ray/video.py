@@ -8,6 +8,7 @@ import av
 
 from robo_ray.errors import VideoDecodeError, VideoMissing
 from robo_ray.storage import is_transport_error, storage_error
+from robo_ray.watchdog import ACTIVITY
 
 # Seek instead of decoding forward when the next window starts this far past the current position.
 SEEK_AHEAD_S = 2.0
@@ -29,7 +30,10 @@ class VideoStream:
 
     `open_file` (remote files) returns a seekable file object read in bounded ranged blocks
     (storage.open_input(sequential=True)); PyAV reads through it, so a remote MP4 is never downloaded whole.
-    A storage failure while reading becomes a StorageError naming the URL, not a decode error."""
+    A storage failure while reading becomes a StorageError naming the URL, not a decode error.
+
+    Every open and window start names the file to the watchdog (robo_ray.watchdog.ACTIVITY) before it may block,
+    every decoded frame counts as progress."""
 
     def __init__(self, path: str, open_file: Callable[[], Any] | None, threads: int = 1) -> None:
         self.path = path
@@ -55,6 +59,7 @@ class VideoStream:
 
     def _open(self) -> None:
         self.close()
+        ACTIVITY.reading(self.path, "reading")
         try:
             if self._open_file is None:
                 self._container = av.open(self.path, "r")
@@ -96,7 +101,9 @@ class VideoStream:
             frame, self._peek = self._peek, None
             return frame
         try:
-            return next(self._iter)  # type: ignore[arg-type]
+            frame = next(self._iter)  # type: ignore[arg-type]
+            ACTIVITY.beat()
+            return frame
         except StopIteration:
             return None
         except (av.error.FFmpegError, OSError, ValueError, EOFError) as exc:
@@ -112,6 +119,7 @@ class VideoStream:
 
     def _seek(self, t: float) -> None:
         tb = self._stream.time_base
+        ACTIVITY.reading(self.path, "seeking in")
         try:
             self._container.seek(int(t / tb), stream=self._stream, backward=True, any_frame=False)
         except (av.error.FFmpegError, OSError) as exc:
@@ -128,6 +136,7 @@ class VideoStream:
             self._open()
         if start - max(self.position, 0.0) > SEEK_AHEAD_S:
             self._seek(start)
+        ACTIVITY.reading(self.path, "decoding")
         while True:
             frame = self._next()
             if frame is None:

@@ -32,6 +32,15 @@ Modes: safe = 1 actor; parallel-half = half the cluster's CPUs; parallel-max = a
 cluster in `RAY_ADDRESS`, which `ray job submit` sets); "local" = always a new in-process instance; "auto" = the
 `ray start` cluster of this machine; "ray://host:port" = Ray Client.
 
+Watchdog (issue #9, robo_ray/watchdog.py): each worker names its actor handle in `begin` and sends the coordinator
+heartbeats (episode started, file opened, frames decoded). While the pool runs, a driver thread asks the coordinator
+every `Limits.poll_interval()` for attempts that are silent longer than `convert.read_timeout_s` or running longer
+than `convert.unit_timeout_s`, and `ray.kill`s their actors (`no_restart=False`: Ray restarts the actor and retries
+the task, which counts as an attempt). The retry converts the unit without the episode that timed out (quarantined
+EP902, naming the file); a unit that times out as a whole is quarantined EP902 once its attempts are used up. The
+other actors keep converting meanwhile. The decision is made in the driver, not in the actor, because an actor
+stuck in C code may not run any Python at all.
+
 Progress: `progress(done, total)` per finished unit (the CLI draws a bar on a TTY); when stderr is not a TTY
 (job logs), a one-line status every `status_interval_s` (env `ROBO_RAY_STATUS_INTERVAL_S`, default 10 s).
 """
@@ -57,6 +66,7 @@ from robo_ray.ray_exec.worker import AttemptCounter, UnitWorker
 from robo_ray.stages.pipeline import (UNIT_FAILED, JobSpec, Publisher, PublishSpec, RunOutcome, quarantine_lines,
                                       quarantine_unit)
 from robo_ray.stages.plan import Unit
+from robo_ray.watchdog import Limits
 from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
 
 MODES = ("safe", "parallel-half", "parallel-max")
@@ -209,6 +219,7 @@ class RayExecutor:
         ctx.max_errored_blocks = -1
         ctx.actor_task_retry_on_errors = True
         ctx.enable_progress_bars = False
+        watchdog = _Watchdog(coordinator, job.limits)
         try:
             items = [{"unit_index": u.index, "unit": pickle.dumps(u)} for u in units]
             ds = ray.data.from_items(items, override_num_blocks=len(items))
@@ -222,9 +233,11 @@ class RayExecutor:
                     fn_constructor_kwargs={"job": job, "coordinator": coordinator,
                                            "max_attempts": self.max_attempts, "faults": faults},
                     num_cpus=cpus_per_actor, max_restarts=-1, max_task_retries=self.max_attempts + 2)
+            watchdog.start()
             for row in ds.iter_rows():
                 yield ShardResult.from_dict(json.loads(row["result"]))
         finally:
+            watchdog.stop()
             for k, v in saved.items():
                 setattr(ctx, k, v)
 
@@ -233,7 +246,7 @@ class RayExecutor:
         if not units:
             return
         self.connect()
-        counter = ray.remote(num_cpus=0)(AttemptCounter).remote()
+        counter = ray.remote(num_cpus=0)(AttemptCounter).remote(job.limits)
         seen: set[int] = set()
         try:
             for res in self._stream(units, job, counter):
@@ -297,6 +310,39 @@ class RayExecutor:
                 print(line, file=stderr, flush=True)
                 printed.add(line)
         return outcome
+
+
+class _Watchdog:
+    """Driver thread: kills the actors of attempts the coordinator finds overdue (see the module docstring)."""
+
+    def __init__(self, coordinator: Any, limits: Limits) -> None:
+        self.coordinator, self.limits = coordinator, limits
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.limits.active:
+            self._thread = threading.Thread(target=self._loop, name="robo-ray-watchdog", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.limits.poll_interval()):
+            try:
+                overdue = ray.get(self.coordinator.overdue.remote(), timeout=60)
+            except Exception as exc:  # noqa: BLE001 - the coordinator is busy or gone: look again later
+                log.debug("watchdog: no answer from the coordinator: %s", exc)
+                continue
+            for unit, actor, reason in overdue:
+                log.info("unit %s: %s; killing its actor", unit, reason)
+                try:
+                    ray.kill(actor, no_restart=False)
+                except Exception as exc:  # noqa: BLE001 - already dead
+                    log.debug("watchdog: kill failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -38,6 +38,7 @@ from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
 from robo_ray.storage import create_exclusive, is_local, join, sha256_file, url_to_fs, write_text_atomic
+from robo_ray.watchdog import InFlight, Limits, ThreadWorker, with_quarantined, without
 from robo_ray.writers.rlds.schema import shard_filename
 from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
 
@@ -50,7 +51,10 @@ COMMIT_MARKER = "commit.json"
 # quarantine codes for whole units that never produced a shard (a resume retries them)
 UNIT_CRASHED = "EP900"  # the worker process died on every attempt (segfault, abort, OOM kill)
 UNIT_FAILED = "EP901"  # the unit raised on every attempt, or the executor lost it
-UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED)
+UNIT_TIMED_OUT = "EP902"  # a read made no progress / the unit ran over its time (robo_ray/watchdog.py)
+UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT)
+# config keys that change how a run is supervised, not what it writes: a --resume may change them
+EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"))
 
 
 def _now() -> str:
@@ -79,6 +83,7 @@ class JobSpec:
     mapping_json: str
     out_url: str
     options: ConvertOptions
+    limits: Limits = field(default_factory=Limits)  # the watchdog's timeouts (none: no watchdog)
 
     def make_converter(self) -> UnitConverter:
         mapping = Mapping.model_validate_json(self.mapping_json)
@@ -86,17 +91,55 @@ class JobSpec:
 
 
 class InProcessExecutor:
-    """Sequential conversion in this process (tests, laptops without Ray)."""
+    """Sequential conversion, one unit at a time (tests, laptops without Ray).
+
+    With the watchdog on (`job.limits`, from convert.unit_timeout_s / read_timeout_s) the converter runs in a
+    worker thread (robo_ray.watchdog.ThreadWorker) that is abandoned when a read makes no progress or a unit runs
+    over its time: the episode being read is quarantined (EP902, naming the file) and a fresh worker converts the
+    rest of the unit without it; a unit over its time (or stuck outside an episode) is quarantined whole. Without
+    limits the converter runs in the calling thread."""
 
     name = "in-process (1 worker)"
 
     def run(self, units: list[Unit], job: JobSpec) -> Iterator[ShardResult]:
+        if job.limits.active:
+            yield from self._run_watched(units, job)
+            return
         conv = job.make_converter()
         try:
             for unit in units:
                 yield conv.convert(unit)
         finally:
             conv.close()
+
+    def _run_watched(self, units: list[Unit], job: JobSpec) -> Iterator[ShardResult]:
+        worker: ThreadWorker | None = None
+        writer: RldsWriter | None = None
+        try:
+            for unit in units:
+                skip: dict[int, dict[str, Any]] = {}
+                while True:
+                    worker = worker if worker is not None and worker.alive else ThreadWorker(job, job.limits)
+                    out = worker.run(without(unit, skip))
+                    if out.kind == "done":
+                        yield with_quarantined(out.result, skip.values())  # type: ignore[arg-type]
+                        break
+                    if out.kind == "error":
+                        raise out.error  # type: ignore[misc]
+                    verdict = out.verdict
+                    assert verdict is not None
+                    if verdict.episode is not None and verdict.episode not in skip:
+                        skip[verdict.episode] = verdict.record()  # redo the unit without it, in a fresh worker
+                        continue
+                    if writer is None:
+                        writer = RldsWriter(job.out_url, Mapping.model_validate_json(job.mapping_json),
+                                            job.options.target_storage_options)
+                    res = quarantine_unit(writer, without(unit, skip), verdict.code, verdict.reason)
+                    yield with_quarantined(res, skip.values())
+                    break
+        finally:
+            if worker is not None:
+                worker.close()
 
 
 @dataclass
@@ -161,9 +204,12 @@ def resolve_mapping(cfg: JobConfig, inv: Inventory) -> Mapping:
 
 # ---- resume: is the output the same job, and which shards are already committed ------------------------------
 def _config_view(cfg_dump: dict[str, Any]) -> dict[str, Any]:
-    """The part of job.json that decides "same job": everything but where the output is (we are reading it)."""
+    """The part of job.json that decides "same job": everything but where the output is (we are reading it) and
+    the watchdog's timeouts (EXECUTION_KEYS)."""
     view = json.loads(json.dumps(cfg_dump))
     view.get("target", {}).pop("url", None)
+    for section, key in EXECUTION_KEYS:
+        view.get(section, {}).pop(key, None)
     return view
 
 
@@ -309,8 +355,8 @@ class Publisher:
         self.resumed = set(self.results)
         self.attempts: dict[int, int] = {}
         self.started: dict[int, str] = {}
-        self.last_error: dict[int, str] = {}
         self.workers: dict[int, list[str]] = {}
+        self.flight = InFlight(Limits.from_config(self.cfg.convert))  # the Ray driver's watchdog (executor.py)
         self._t0 = time.monotonic()
         self._last_flush = 0.0
         self._progress_path = join(self.root, "progress.jsonl")
@@ -345,27 +391,41 @@ class Publisher:
         return {u: self.workers[u][-1] for u in self.attempts if u not in self.results and self.workers.get(u)}
 
     # ---- called by workers ------------------------------------------------------------------------------------
-    def begin(self, unit_index: int, worker: str = "") -> dict[str, Any]:
-        """A worker starts a unit: count the attempt; hand back the result if the unit is already done."""
+    def begin(self, unit_index: int, worker: str = "", actor: Any = None) -> dict[str, Any]:
+        """A worker starts a unit: count the attempt; hand back the result if the unit is already done.
+
+        `actor` (the worker's Ray actor handle) lets the driver's watchdog kill a stuck attempt; the reply's `skip`
+        lists the episodes earlier attempts timed out on (quarantined, not converted again)."""
         if unit_index in self.results:
-            return {"attempt": self.attempts.get(unit_index, 0), "done": self.results[unit_index].to_dict(),
-                    "last_error": None}
+            return InFlight.done(self.attempts.get(unit_index, 0), self.results[unit_index].to_dict())
         n = self.attempts.get(unit_index, 0) + 1
         self.attempts[unit_index] = n
         self.started.setdefault(unit_index, _now())
         self.workers.setdefault(unit_index, []).append(worker)
         if n > 1:
             self.log.info(f"unit {unit_index}: attempt {n} on {worker or 'a worker'} "
-                          f"(previous: {self.last_error.get(unit_index, 'worker died')})")
-        return {"attempt": n, "done": None, "last_error": self.last_error.get(unit_index)}
+                          f"(previous: {self.flight.errors.get(unit_index, 'worker died')})")
+        return self.flight.begin(unit_index, n, actor)
+
+    def heartbeat(self, unit_index: int, attempt: int, snapshot: dict[str, Any]) -> None:
+        """A worker's progress (robo_ray.watchdog.ACTIVITY snapshot: episode, file)."""
+        self.flight.heartbeat(unit_index, attempt, snapshot)
+
+    def overdue(self) -> list[tuple[int, Any, str]]:
+        """(unit, actor handle, reason) of the attempts over a timeout; the caller kills those actors."""
+        out = self.flight.overdue()
+        for unit, _, reason in out:
+            self.log.info(f"unit {unit}: attempt {self.attempts.get(unit, 0)} {reason}; killing its worker")
+        return out
 
     def failed(self, unit_index: int, error: str) -> None:
-        self.last_error[unit_index] = error
+        self.flight.failed(unit_index, error)
         self.log.info(f"unit {unit_index}: attempt {self.attempts.get(unit_index, 0)} raised {error}")
 
     def record(self, row: ShardResult | dict[str, Any]) -> list[str]:
         """A unit's shard is committed: journal it. Returns the problem lines echoed (empty when echoing live)."""
         res = row if isinstance(row, ShardResult) else ShardResult.from_dict(row)
+        self.flight.end(res.shard_index)
         old = self.results.get(res.shard_index)
         if old is not None and old.sha256 == res.sha256 and old.episodes == res.episodes:
             return []  # a retried unit that had already been recorded: same bytes, nothing new
@@ -554,7 +614,8 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
                              decoder_threads=cfg.convert.decoder_threads,
                              source_storage_options=cfg.source.storage_options,
                              target_storage_options=cfg.target.storage_options)
-    job = JobSpec(cfg.source.url, cfg.source.format, mapping.model_dump_json(), cfg.target.url, options)
+    job = JobSpec(cfg.source.url, cfg.source.format, mapping.model_dump_json(), cfg.target.url, options,
+                  Limits.from_config(cfg.convert))
     spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint,
                        previous=[r.to_dict() for r in previous], executor_name=executor.name, archive=archive,
                        elapsed_before=time.monotonic() - t0)
