@@ -35,6 +35,7 @@ from robo_ray.images import decode_image
 from robo_ray.mapping import FieldMap, ImageOptions, Mapping, default_mapping
 from robo_ray.readers import open_reader
 from robo_ray.stages.convert import ConvertOptions, UnitConverter, spooled_steps
+from robo_ray.writers.rlds.spool import BytesSpool
 from robo_ray.storage import is_empty_dir, is_local, join, url_to_fs, write_bytes_atomic, write_text_atomic
 
 ORTF_VERSION = "0.2"
@@ -155,6 +156,12 @@ class _Out:
         pq.write_table(table, buf, compression="zstd")
         self.put_bytes(rel, buf.getvalue())
 
+    def new_spool(self) -> BytesSpool:
+        if is_local(self.fs):
+            os.makedirs(self.root, exist_ok=True)
+            return BytesSpool(self.root)
+        return BytesSpool()
+
     def put_video(self, rel: str, frames: Iterable[np.ndarray], fps: float, depth: bool, lossless: bool,
                   crf: int) -> int:
         dest = join(self.root, rel)
@@ -193,13 +200,14 @@ def write_ortf(source_url: str, out_url: str, *, source_format: str | None = Non
     mapping.check_against(inv.features)
     layout = plan_layout(mapping)
     rate = float(fps or inv.fps or DEFAULT_FPS)
-    with tempfile.TemporaryDirectory() as scratch:  # UnitConverter needs a target; nothing is written there
-        conv = UnitConverter(source_url, source_format, mapping, scratch,
-                             ConvertOptions(source_storage_options=storage_options or {}), reader=reader)
-        try:
-            result = _write(conv, refs, mapping, layout, out, rate, lossless, crf, chunk_size)
-        finally:
-            conv.close()
+    # the converter's own target is never written (episodes come back through convert_episode); long camera
+    # spools spill inside the destination when it is local (the system temp dir otherwise)
+    conv = UnitConverter(source_url, source_format, mapping, out_url,
+                         ConvertOptions(source_storage_options=storage_options or {}), reader=reader)
+    try:
+        result = _write(conv, refs, mapping, layout, out, rate, lossless, crf, chunk_size)
+    finally:
+        conv.close()
     _write_meta(out, inv, mapping, layout, result, rate, name, created_at, lossless)
     return OrtfWriteResult(out_url, result["episodes"], result["steps"], list(layout.cameras), out.files,
                            result["quarantined"])
@@ -218,7 +226,7 @@ def _write(conv: UnitConverter, refs: list, mapping: Mapping, layout: _Layout, o
     for ref in refs:
         with spooled_steps() as steps:
             try:
-                meta = conv.convert_episode(ref, steps)
+                meta = conv.convert_episode(ref, steps, out.new_spool)
             except EpisodeError as exc:  # nothing lost silently: recorded and reported, the rest converts
                 rec = QuarantineRecord(ref.episode_index, exc.code, str(exc), ref.data_path)
                 quarantined.append(rec.to_dict())

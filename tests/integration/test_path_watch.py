@@ -42,8 +42,6 @@ def test_reads_source_writes_destination_only(case: Case, corpus: Corpus) -> Non
         assert any(r["event"] in ("av.open", "h5py.File") and _under(r["path"], run.source) for r in records)
 
 
-@pytest.mark.xfail(strict=True, reason="robo_ray/writers/ortf.py write_ortf: the UnitConverter's scratch target is "
-                   "a tempfile.TemporaryDirectory() in the system temp dir, outside the destination")
 def test_to_ortf_writes_destination_only(corpus: Corpus, tmp_path: Path) -> None:
     """`run --to ortf` (a quarantine case: the ORTF writer's own path) under the same rule."""
     src, out = corpus.source("parquet_cut_footer"), tmp_path / "out"
