@@ -459,7 +459,7 @@ def retry_call(fn: Callable[[int], Any], fs: fsspec.AbstractFileSystem, path: st
                 raise
             if attempt >= attempts:
                 err = storage_error(exc, url_of(fs, path), action, fs)
-                raise type(err)(f"{err} (gave up after {attempts} attempts)") from exc
+                raise type(err)(f"{err} (gave up after {attempts} attempt{'s' * (attempts > 1)})") from exc
             with _retry_lock:
                 _retries[action] += 1
             _log.debug("%s %s: attempt %d failed (%s); retrying", action, url_of(fs, path), attempt, _short(exc))

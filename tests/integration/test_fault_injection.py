@@ -354,7 +354,9 @@ def test_concurrent_runs_exactly_one_publishes(seed, source, reference, tmp_path
     capsys.readouterr()
     a.start()
     try:
-        assert hold.reached.wait(60), "run A never got to its first write"
+        while not hold.reached.wait(0.05) and a.is_alive():
+            pass
+        assert hold.reached.is_set(), f"run A ended before its first write: {capsys.readouterr().err}"
         before = dest.files()
         holder = json.loads(before["run.lock"])["run_id"]
         rc, _, err = _run(capsys, *args)
@@ -366,4 +368,37 @@ def test_concurrent_runs_exactly_one_publishes(seed, source, reference, tmp_path
         hold.release.set()
         a.join(120)
     assert result.get("rc") == 0, capsys.readouterr().err
+    _assert_published_like_reference(dest, reference)
+
+
+# ---- known gaps in files this suite does not own (strict: they fail once fixed, then drop the marker) -------------
+def _crash_in_process(source: Path, dest: Dest, monkeypatch, path: str, nth: int) -> list[str]:
+    args = ["run", f"faulty://{source}", dest.url, *_sets("validate.tfds_readback=false", *dest.options())]
+    monkeypatch.setenv(faulty_fs.CRASH_ENV, json.dumps({"path": path, "nth": nth, "mode": "raise"}))
+    with pytest.raises(faulty_fs.SimulatedCrash):
+        main(args)
+    monkeypatch.delenv(faulty_fs.CRASH_ENV)
+    return args
+
+
+@pytest.mark.xfail(strict=True, reason="robo_ray/stages/validate.py: Validator.run stops at the missing "
+                   "dataset_info.json; it should also name the shards the ledger plans (num_shards) that are missing")
+def test_validate_names_the_missing_shard_of_an_unfinished_run(source, tmp_path, capsys, monkeypatch,
+                                                               cleanup_memory):
+    dest = _dest("memory", tmp_path)
+    cleanup_memory.append(dest)
+    _crash_in_process(source, dest, monkeypatch, SHARD.format(2), 1)
+    rc, _, err = _run(capsys, "validate", dest.plain, "--no-tfds")
+    assert rc == 3 and SHARD.format(2) in err, err
+
+
+@pytest.mark.xfail(strict=True, reason="robo_ray/stages/pipeline.py: prepare_destination counts a temp left by a "
+                   "killed write of its own outputs (ledger.json.tmp-xxxx) as a foreign file and refuses --overwrite")
+def test_overwrite_after_a_kill_mid_write(source, reference, tmp_path, capsys, monkeypatch, cleanup_memory):
+    dest = _dest("memory", tmp_path)
+    cleanup_memory.append(dest)
+    args = _crash_in_process(source, dest, monkeypatch, "ledger.json", 2)
+    assert [k for k in dest.files() if k.startswith("ledger.json.tmp-")]
+    rc, _, err = _run(capsys, *args, "--overwrite")
+    assert rc == 0, err
     _assert_published_like_reference(dest, reference)
