@@ -44,6 +44,7 @@ class UnitConverter:
     def __init__(self, source_url: str, source_format: str | None, mapping: Mapping, out_url: str,
                  options: ConvertOptions | None = None, reader: Reader | None = None) -> None:
         self.options = options or ConvertOptions()
+        self._owns_reader = reader is None
         self.reader = reader or open_reader(source_url, source_format, self.options.source_storage_options)
         self.mapping = mapping
         self.writer = RldsWriter(out_url, mapping, self.options.target_storage_options)
@@ -227,7 +228,11 @@ class UnitConverter:
             self.videos.drop(local_path)  # one file per episode: close it now
 
     def close(self) -> None:
+        """Close open videos and, when this converter opened it, the reader (e.g. an HDF5 file handle)."""
         self.videos.close()
+        close_reader = getattr(self.reader, "close", None) if self._owns_reader else None
+        if close_reader is not None:
+            close_reader()
 
 
 @contextmanager
