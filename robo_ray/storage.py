@@ -9,7 +9,8 @@ URLs: local paths, `s3://bucket/prefix`, `gs://bucket/prefix`, `hf://datasets/<o
   own timeouts (connect 5 s, read 15 s) and its retries of SlowDown / dropped reads stay on. Endpoint overrides:
   `client_kwargs.endpoint_url`, `endpoint_url`, or AWS_ENDPOINT_URL(_S3) in the environment (MinIO, Ceph, R2...).
 * gs: gcsfs retries 429/5xx/connection errors 6 times with exponential backoff; STORAGE_EMULATOR_HOST or
-  `endpoint_url` points it elsewhere.
+  `endpoint_url` points it elsewhere. Unless `requests_timeout` is given, requests get a 10 s connect and a 60 s
+  read-silence timeout (gcsfs' default is none: a silent endpoint would hang a read forever).
 * hf: `revision` in the options becomes `@revision` in the path (HfFileSystem's form).
 * every other non-local filesystem (memory://, sftp://, http(s)://, abfs://, a test's faulty://...): handed out
   wrapped in `RetryingFileSystem`, which retries a call that failed with a transient error (connection reset or
@@ -154,6 +155,12 @@ def url_to_fs(url: str, storage_options: dict[str, Any] | None = None,
                           "(key/secret, token) or the environment")
     if scheme in ("s3", "s3a"):
         opts = _s3_options(opts)
+    elif scheme in ("gs", "gcs") and "requests_timeout" not in opts:
+        import aiohttp  # gcsfs' own dependency
+
+        # gcsfs passes timeout=None to aiohttp (no timeout at all): an endpoint that accepts and never answers
+        # would hang a read forever. Bounded connect and per-read silence; a whole large download is not capped.
+        opts["requests_timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60)
     elif scheme == "hf":
         url = _hf_revision(url, opts)
     try:

@@ -81,6 +81,10 @@ class VideoStream:
         if not self._container.streams.video:
             raise VideoDecodeError(f"no video stream in {self.path}")
         stream = self._container.streams.video[0]
+        if stream.codec_context is None:  # a codec FFmpeg has no decoder for (unknown tag, missing library)
+            codec = getattr(stream, "codec_tag", "") or "unknown"
+            self.close()
+            raise VideoDecodeError(f"cannot decode video {self.path}: no decoder for its codec ({codec})")
         stream.thread_type = "AUTO" if self._threads != 1 else "SLICE"
         stream.codec_context.thread_count = self._threads
         self._stream = stream
@@ -110,7 +114,8 @@ class VideoStream:
             failure = self._storage_failure(exc, "reading video")
             if failure is not None:
                 raise failure from exc
-            raise VideoDecodeError(f"decode failed in {self.path} after t={self.position:.3f}s: {exc}") from exc
+            where = f"after t={self.position:.3f}s" if self.position > float("-inf") else "before the first frame"
+            raise VideoDecodeError(f"decode failed in {self.path} {where}: {exc}") from exc
         except Exception as exc:  # noqa: BLE001
             failure = self._storage_failure(exc, "reading video")
             if failure is not None:

@@ -182,7 +182,8 @@ def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str) -> Non
         check_not_locked(fs, out_root, out_url, take_over=False)
     if entries and not overwrite:
         raise DestinationNotEmpty(f"destination {out_url} is not empty (use --overwrite to replace its outputs)")
-    foreign = [e for e in entries if e not in OUR_OUTPUTS and not e.endswith(".tar.gz")]
+    # a temp left by a killed write of one of our own outputs (ledger.json.tmp-xxxx) is ours too
+    foreign = [e for e in entries if e.split(".tmp-", 1)[0] not in OUR_OUTPUTS and not e.endswith(".tar.gz")]
     if overwrite and foreign:
         raise DestinationNotEmpty(f"destination {out_url} holds files robo-ray did not write "
                                   f"({', '.join(sorted(foreign)[:5])}); refusing to overwrite")

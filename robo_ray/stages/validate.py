@@ -124,6 +124,7 @@ class Validator:
         res = ValidationResult()
         info = self._check_metadata(res)
         if info is None:
+            self._check_unfinished(res)
             return res
         lengths = [int(x) for x in info["splits"][0]["shardLengths"]]
         self._keep = self._sample_ids()
@@ -148,6 +149,14 @@ class Validator:
         res.add("metadata", ok, "dataset_info.json has only keys tfds parses, name matches, shuffling allowed"
                 if ok else f"dataset_info.json: unknown keys {unknown} or wrong name / disableShuffling")
         return info
+
+    def _check_unfinished(self, res: ValidationResult) -> None:
+        """No dataset_info.json (the run did not finish): name the planned shards (ledger) that are missing."""
+        n = int(self.ledger.get("num_shards") or 0)
+        names = [shard_filename(self.mapping.dataset_name, "train", i, n) for i in range(n)]
+        missing = [x for x in names if not self.fs.exists(join(self.dataset_dir, x))]
+        res.add("shards present", not missing, f"run not finished: missing shard files: {', '.join(missing)}"
+                if missing else f"{n} shard files present, dataset_info.json not written yet")
 
     # ---- shards ----------------------------------------------------------------------------------------------
     def _check_shards(self, res: ValidationResult, lengths: list[int]) -> dict[int, dict[str, Any]]:

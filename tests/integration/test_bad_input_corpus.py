@@ -19,7 +19,7 @@ from tests.fixtures.lerobot_gen import expected_frame
 _QUARANTINE_LINE = re.compile(r"^quarantined\[(?P<code>E[A-Z]\d{3})\] episode=(?P<ep>\d+) file=(?P<file>[^:]+): .+")
 # robo_ray/video.py opens a stream whose codec FFmpeg does not know without checking `codec_context` (None):
 # AttributeError -> EP999 instead of EP102 (fix described in the issue #9 report); strict: passes once fixed
-_PENDING = {"mp4_unknown_codec": "robo_ray/video.py VideoStream._open: an unknown codec gives EP999, not EP102"}
+_PENDING: dict[str, str] = {}  # case name -> why it is expected to fail (none today)
 
 
 def _params() -> list:

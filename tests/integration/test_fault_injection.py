@@ -381,8 +381,6 @@ def _crash_in_process(source: Path, dest: Dest, monkeypatch, path: str, nth: int
     return args
 
 
-@pytest.mark.xfail(strict=True, reason="robo_ray/stages/validate.py: Validator.run stops at the missing "
-                   "dataset_info.json; it should also name the shards the ledger plans (num_shards) that are missing")
 def test_validate_names_the_missing_shard_of_an_unfinished_run(source, tmp_path, capsys, monkeypatch,
                                                                cleanup_memory):
     dest = _dest("memory", tmp_path)
@@ -392,8 +390,6 @@ def test_validate_names_the_missing_shard_of_an_unfinished_run(source, tmp_path,
     assert rc == 3 and SHARD.format(2) in err, err
 
 
-@pytest.mark.xfail(strict=True, reason="robo_ray/stages/pipeline.py: prepare_destination counts a temp left by a "
-                   "killed write of its own outputs (ledger.json.tmp-xxxx) as a foreign file and refuses --overwrite")
 def test_overwrite_after_a_kill_mid_write(source, reference, tmp_path, capsys, monkeypatch, cleanup_memory):
     dest = _dest("memory", tmp_path)
     cleanup_memory.append(dest)
