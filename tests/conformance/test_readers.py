@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from robo_ray.config import load_config
-from robo_ray.errors import (DataCorrupt, EpisodeError, RoboRayError, SourceFormatError, UnknownFormat,
-                             UnsafeInput)
+from robo_ray.errors import (DataCorrupt, EpisodeDataOutside, EpisodeError, EpisodeTooLarge, RoboRayError,
+                             SourceFormatError, UnknownFormat, UnsafeInput)
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import detect_format, open_reader
 from robo_ray.stages.pipeline import run_pipeline
@@ -236,8 +236,8 @@ BAD: dict[str, tuple[str, Callable[[Path], None], str, type[RoboRayError]]] = {
         "ext", h5py.ExternalLink("other.h5", "/x"))), "open", UnsafeInput),
     "minari-soft-link": ("minari-sample-pendulum", _h5(lambda f: f.__setitem__(
         "episode_9", h5py.SoftLink("/episode_0"))), "open", UnsafeInput),
-    "minari-virtual-dataset": ("minari-sample-pendulum", _h5(_virtual), "load", UnsafeInput),
-    "minari-huge-dataset": ("minari-sample-pendulum", _h5(_huge), "load", UnsafeInput),
+    "minari-virtual-dataset": ("minari-sample-pendulum", _h5(_virtual), "load", EpisodeDataOutside),
+    "minari-huge-dataset": ("minari-sample-pendulum", _h5(_huge), "load", EpisodeTooLarge),
     "minari-observation-rows": ("minari-sample-pendulum", _h5(_obs_rows), "load", DataCorrupt),
     "ortf-unknown-version": ("ortf-gen-native", _edit_json("meta/manifest.json", lambda d: {
         **d, "ortf_version": "1.0"}), "open", UnknownFormat),
