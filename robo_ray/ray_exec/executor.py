@@ -221,7 +221,9 @@ class RayExecutor:
         ctx.enable_progress_bars = False
         watchdog = _Watchdog(coordinator, job.limits)
         try:
-            items = [{"unit_index": u.index, "unit": pickle.dumps(u)} for u in units]
+            # longest units first (LPT): the pool's last unit is a short one, so no actor idles through a long tail
+            by_size = sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index))
+            items = [{"unit_index": u.index, "unit": pickle.dumps(u)} for u in by_size]
             ds = ray.data.from_items(items, override_num_blocks=len(items))
             with warnings.catch_warnings():
                 # max_restarts / max_task_retries go through **ray_remote_args, deprecated in Ray 2.60 (removal

@@ -21,15 +21,17 @@ def source_frames(reader: Reader, ep: Episode, key: str, steps: list[int]) -> li
     ts = ep.timestamps if ep.timestamps is not None else np.arange(ep.length) / reader.fps  # type: ignore[attr-defined]
     wanted = {i: ref.from_timestamp + float(ts[i]) for i in steps}
     out: dict[int, np.ndarray] = {}
+    half = 0.5 / max(reader.fps, 1)  # type: ignore[attr-defined]
     stream = VideoStream(path, opener, threads=0)
     try:
-        for t, frame in stream.window(ref.from_timestamp, ref.to_timestamp, 1e-4):
-            for i, q in wanted.items():
-                if i not in out and abs(t - q) < 0.5 / max(reader.fps, 1):  # type: ignore[attr-defined]
+        # one short forward decode per wanted step (the stream seeks to the keyframe before it when it is far
+        # ahead), not the whole window: Validate must not decode the sampled episodes a second time in full
+        for i in sorted(wanted, key=wanted.__getitem__):
+            for t, frame in stream.window(wanted[i], ref.to_timestamp, half):
+                if abs(t - wanted[i]) < half:
                     fmt = "gray" if channels == 1 else "rgb24"
                     arr = frame.to_ndarray(format=fmt)
                     out[i] = arr[:, :, None] if arr.ndim == 2 else arr
-            if len(out) == len(wanted):
                 break
     finally:
         stream.close()

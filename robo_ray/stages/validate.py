@@ -279,8 +279,8 @@ class Validator:
     # ---- sample comparison -------------------------------------------------------------------------------------
     def _sample_ids(self) -> set[int]:
         """Episodes compared to the source: `sample_episodes` spread evenly over the discovered ones."""
-        if self.inv is None or self.reader is None:
-            return set()
+        if self.inv is None or self.reader is None or not self.sample_episodes:
+            return set()  # 0 = no comparison with the source (`robo-ray convert`, benchmarks)
         ids = [r.episode_index for r in self.inv.refs]
         if self.sample_episodes and len(ids) > self.sample_episodes:
             step = len(ids) / self.sample_episodes
