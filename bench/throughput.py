@@ -14,6 +14,7 @@ actor and output bytes per frame. Results go to bench/results/throughput-<datase
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -31,29 +32,20 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _decode_file(path: str) -> int:
-    n = 0
-    with av.open(path) as c:
-        s = c.streams.video[0]
-        s.thread_type = "SLICE"
-        s.codec_context.thread_count = 1
-        for _ in c.decode(s):
-            n += 1
-    return n
-
-
-def _decode_encode_file(path: str, quality: int = 95) -> int:
-    """Decode + the JPEG encoding robo-ray does (no Ray, no parquet, no record writing): the floor at quality q."""
+def _decode_file(path: str, jpeg_quality: int | None = None) -> int:
+    """Decode every frame (single-threaded decoder, as in an actor); with `jpeg_quality`, also the JPEG encoding
+    robo-ray does (no Ray, no parquet, no record writing): the floor of any conversion to RLDS images."""
     from robo_ray.images import ImageEncoder
 
-    enc = ImageEncoder("jpeg", quality)
+    enc = ImageEncoder("jpeg", jpeg_quality) if jpeg_quality else None
     n = 0
     with av.open(path) as c:
         s = c.streams.video[0]
         s.thread_type = "SLICE"
         s.codec_context.thread_count = 1
         for frame in c.decode(s):
-            enc.encode_frame(frame)
+            if enc is not None:
+                enc.encode_frame(frame)
             n += 1
     return n
 
@@ -62,7 +54,7 @@ def decode_ceiling(files: list[str], procs: int, encode: bool = False) -> dict[s
     """Decode (and JPEG-encode when `encode`) every file once, `procs` files at a time; frames/s over the wall."""
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=procs) as pool:
-        fn = _decode_encode_file if encode else _decode_file
+        fn = functools.partial(_decode_file, jpeg_quality=95 if encode else None)
         frames = sum(pool.map(fn, sorted(files, key=lambda f: -os.path.getsize(f))))
     dt = time.perf_counter() - t0
     return {"processes": procs, "frames": frames, "seconds": dt, "fps": frames / dt}
