@@ -1,10 +1,12 @@
 """Reader plug-in interface and the inventory it produces (Discover's result)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
+from robo_ray.errors import SourceFormatError
 from robo_ray.storage import join
 
 
@@ -68,6 +70,21 @@ class DatasetFiles:
 
     def open_binary(self, rel: str):
         return self.fs.open(self.path(rel), "rb")
+
+    def _read_jsonl(self, rel: str) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(line number, object) of each non-blank line of a JSON-lines file read with the reader's `_read_bytes`
+        (size-limited); a line that is not a JSON object is one SourceFormatError naming file and line."""
+        text = self._read_bytes(rel).decode("utf-8")  # type: ignore[attr-defined]
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SourceFormatError(f"{rel}:{lineno}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(obj, dict):
+                raise SourceFormatError(f"{rel}:{lineno}: expected a JSON object")
+            yield lineno, obj
 
     _last_table: tuple[str, Any] | None = None
 

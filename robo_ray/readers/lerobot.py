@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 import posixpath
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -163,18 +163,6 @@ class LeRobotReader(DatasetFiles):
             return json.loads(self._read_bytes(rel))
         except json.JSONDecodeError as exc:
             raise SourceFormatError(f"{rel}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-
-    def _read_jsonl(self, rel: str) -> Iterator[tuple[int, dict[str, Any]]]:
-        for lineno, line in enumerate(self._read_bytes(rel).decode("utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SourceFormatError(f"{rel}:{lineno}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(obj, dict):
-                raise SourceFormatError(f"{rel}:{lineno}: expected a JSON object")
-            yield lineno, obj
 
     # ---- metadata ----------------------------------------------------------------------------------------------
     @property

@@ -252,15 +252,8 @@ class OrtfReader(DatasetFiles):
         if self._tasks is None:
             self._tasks = {}
             if self.exists("meta/tasks.jsonl"):
-                text = self._read_bytes("meta/tasks.jsonl").decode("utf-8")
-                for lineno, line in enumerate(text.splitlines(), 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise SourceFormatError(f"meta/tasks.jsonl:{lineno}: not valid JSON ({exc.msg})") from exc
-                    tid = obj.get("task_id") if isinstance(obj, dict) else None
+                for lineno, obj in self._read_jsonl("meta/tasks.jsonl"):
+                    tid = obj.get("task_id")
                     if not isinstance(tid, int) or not isinstance(obj.get("instruction", ""), str):
                         raise SourceFormatError(f"meta/tasks.jsonl:{lineno}: needs an integer task_id and a "
                                                 "string instruction")
