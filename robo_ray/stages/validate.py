@@ -282,7 +282,7 @@ class Validator:
         if self.inv is None or self.reader is None or not self.sample_episodes:
             return set()  # 0 = no comparison with the source (`robo-ray convert`, benchmarks)
         ids = [r.episode_index for r in self.inv.refs]
-        if self.sample_episodes and len(ids) > self.sample_episodes:
+        if len(ids) > self.sample_episodes:
             step = len(ids) / self.sample_episodes
             ids = [ids[int(k * step)] for k in range(self.sample_episodes)]
         return set(ids)

@@ -35,7 +35,7 @@ from robo_ray.images import decode_image
 from robo_ray.mapping import FieldMap, ImageOptions, Mapping, default_mapping
 from robo_ray.readers import open_reader
 from robo_ray.stages.convert import ConvertOptions, UnitConverter, spooled_steps
-from robo_ray.writers.rlds.spool import BytesSpool
+from robo_ray.writers.rlds.spool import BytesSpool, spool_for
 from robo_ray.storage import is_empty_dir, is_local, join, url_to_fs, write_bytes_atomic, write_text_atomic
 
 ORTF_VERSION = "0.2"
@@ -157,10 +157,7 @@ class _Out:
         self.put_bytes(rel, buf.getvalue())
 
     def new_spool(self) -> BytesSpool:
-        if is_local(self.fs):
-            os.makedirs(self.root, exist_ok=True)
-            return BytesSpool(self.root)
-        return BytesSpool()
+        return spool_for(self.fs, self.root)
 
     def put_video(self, rel: str, frames: Iterable[np.ndarray], fps: float, depth: bool, lossless: bool,
                   crf: int) -> int:

@@ -13,6 +13,7 @@ import numpy as np
 
 from robo_ray.writers.rlds.spool import BytesSpool
 from robo_ray.writers.rlds.varint import read_varint as _read_varint
+from robo_ray.writers.rlds.varint import read_varint_from
 from robo_ray.writers.rlds.varint import varint as _varint
 
 FeatureValue = Union[np.ndarray, Sequence[bytes], BytesSpool]
@@ -194,9 +195,6 @@ class SparseBytes:
             raise IndexError(f"item {i} of {self.count} was not kept while streaming")
         return self.kept[i]
 
-    def __bool__(self) -> bool:
-        return self.count > 0
-
 
 class _Reader(Protocol):
     remaining: int
@@ -204,22 +202,12 @@ class _Reader(Protocol):
     def read(self, n: int) -> bytes: ...
 
 
-def _stream_varint(r: _Reader) -> int:
-    result = shift = 0
-    while True:
-        b = r.read(1)[0]
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result
-        shift += 7
-
-
 def _stream_len_field(r: _Reader) -> tuple[int, int]:
     """(field number, payload length) of the next field, which must be length-delimited."""
-    tag = _stream_varint(r)
+    tag = read_varint_from(r.read)
     if tag & 7 != 2:
         raise ValueError(f"unexpected wire type {tag & 7} in a tf.train.Example")
-    return tag >> 3, _stream_varint(r)
+    return tag >> 3, read_varint_from(r.read)
 
 
 def _stream_bytes_list(r: _Reader, size: int, steps: int | None) -> SparseBytes:

@@ -3,10 +3,12 @@ episode) are kept protobuf-encoded in a spooled temporary file, in memory up to 
 anonymous scratch file beyond (O_TMPFILE on Linux: no name ever appears, nothing to clean up after a crash)."""
 from __future__ import annotations
 
+import os
 import tempfile
-from typing import Iterator
+from typing import Any, Iterator
 
-from robo_ray.writers.rlds.varint import varint
+from robo_ray.storage import is_local
+from robo_ray.writers.rlds.varint import read_varint_from, varint
 
 DEFAULT_MAX_MEMORY = 32 << 20
 _TAG_VALUE = varint((1 << 3) | 2)  # BytesList.value = 1, length-delimited
@@ -52,14 +54,7 @@ class BytesSpool:
         f.seek(0)
         for _ in range(self.count):
             f.read(len(_TAG_VALUE))
-            n = shift = 0
-            while True:
-                b = f.read(1)[0]
-                n |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
-            yield f.read(n)
+            yield f.read(read_varint_from(f.read))
         f.seek(0, 2)
 
     def close(self) -> None:
@@ -70,3 +65,14 @@ class BytesSpool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def spool_for(fs: Any, directory: str) -> BytesSpool:
+    """A spool for output going to `directory` on `fs`: its scratch file stays inside a local destination (nothing
+    written elsewhere), or in the system temp dir for a remote one. ROBO_RAY_SPOOL_MEMORY overrides the
+    in-memory size (tests force the scratch-file path with it)."""
+    scratch = None
+    if is_local(fs):
+        os.makedirs(directory, exist_ok=True)
+        scratch = directory
+    return BytesSpool(scratch, int(os.environ.get("ROBO_RAY_SPOOL_MEMORY", DEFAULT_MAX_MEMORY)))

@@ -26,7 +26,7 @@ from robo_ray.storage import (discard_upload, is_local, join, open_upload, stora
                               write_text_atomic)
 from robo_ray.writers.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
 from robo_ray.writers.rlds.schema import dataset_info_json, features_json, shard_filename
-from robo_ray.writers.rlds.spool import DEFAULT_MAX_MEMORY, BytesSpool
+from robo_ray.writers.rlds.spool import BytesSpool, spool_for
 from robo_ray.writers.rlds.tfrecord import framed_chunks
 
 
@@ -92,7 +92,7 @@ class ShardSink:
 
     def spool(self) -> BytesSpool:
         """A BytesList that spills to an anonymous scratch file in the destination (local) or the temp dir."""
-        return BytesSpool(self.writer.scratch_dir, self.writer.spool_memory)
+        return spool_for(self.writer.fs, self.writer.dataset_dir)
 
     def add(self, episode_index: int, steps: dict[str, FeatureValue], metadata: dict[str, Any], n_steps: int) -> None:
         """Frame and write one episode; spooled features are streamed, so memory does not grow with its length."""
@@ -167,9 +167,6 @@ class RldsWriter:
         self.mapping = mapping
         self.fs, self.out_root = url_to_fs(out_url, storage_options)
         self.dataset_dir = join(self.out_root, "rlds", mapping.dataset_name, mapping.version)
-        # scratch for spooled camera frames: inside the destination when it is local (never written elsewhere)
-        self.scratch_dir: str | None = self.dataset_dir if is_local(self.fs) else None
-        self.spool_memory = int(os.environ.get("ROBO_RAY_SPOOL_MEMORY", DEFAULT_MAX_MEMORY))
 
     def open_shard(self, index: int, num_shards: int) -> ShardSink:
         return ShardSink(self, index, num_shards)
