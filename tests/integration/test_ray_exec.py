@@ -257,7 +257,7 @@ def test_ray_job_entrypoint_defaults_to_the_actor_pool():
 
 # ---- 2. an actor killed mid-run ----------------------------------------------------------------------------------
 def test_killed_actor_job_completes_each_episode_once(cluster, datasets, reference, tmp_path, monkeypatch):
-    monkeypatch.setenv("ROBO_RAY_FAULT_DELAY_S", "3")  # each unit sleeps first: the kill lands mid-unit
+    monkeypatch.setenv("ROBO_RAY_FAULT_DELAY_S", "5")  # each unit sleeps first: the kill lands mid-unit, even loaded
     out = tmp_path / "out"
     ex = _executor(actors=2)
     box: dict = {}
