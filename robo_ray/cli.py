@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_to_ortf(args: argparse.Namespace, cfg: Any) -> int:
     """`run --to ortf`: write an ORTF v0.2 dataset (in-process); quarantined episodes are listed, exit 3."""
     from robo_ray.episode import QuarantineRecord
-    from robo_ray.writers.ortf import write_ortf
+    from robo_ray.formats.ortf.writer import write_ortf
 
     res = write_ortf(cfg.source.url, cfg.target.url, source_format=cfg.source.format,
                      storage_options=cfg.source.storage_options, out_storage_options=cfg.target.storage_options,

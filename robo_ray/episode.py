@@ -13,6 +13,16 @@ from typing import Any, Iterator, Literal, Sequence
 import numpy as np
 
 FeatureKind = Literal["tensor", "image", "video", "string"]
+# What a feature *is*, whatever the source calls it. Readers declare it; the Spec stage and the writers name and lay
+# out features by role, never by a source's key:
+#   state / observation: low-dim observations (the robot state; any other observation tensor)
+#   action: the command of the step          camera / depth: per-step images (colour; 16-bit or single-channel depth)
+#   reward, discount: per-step scalars        is_first / is_last / terminal: per-step episode-boundary flags
+#   language: per-step instruction text       metadata: per-episode values
+#   bookkeeping: index columns the target re-derives (frame index, timestamps, global index): not data
+#   other: data with no standard place (kept under its canonical name)
+Role = Literal["state", "observation", "action", "camera", "depth", "reward", "discount", "is_first", "is_last",
+               "terminal", "language", "metadata", "bookkeeping", "other"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +36,10 @@ class FeatureSpec:
     names: Any = None
     declared_shape: tuple[int, ...] | None = None  # as written in the source (may be CHW)
     codec: str | None = None
+    role: Role | None = None  # None: not declared by the reader (the Spec stage infers it from the key)
+    name: str | None = None  # canonical "/"-separated name (e.g. observation/state, observation/image_wrist)
+    scalar: bool = False  # one value per step whatever `shape` says (LeRobot's shape [1] columns): canonical shape ()
+    note: str | None = None  # why a bookkeeping/unmapped feature is left out (shown in mapping.md)
 
 
 @dataclass(frozen=True)

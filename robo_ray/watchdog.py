@@ -31,7 +31,7 @@ from robo_ray.errors import EpisodeTimedOut, RoboRayError
 
 if TYPE_CHECKING:  # video.py imports this module: keep it light
     from robo_ray.stages.plan import Unit
-    from robo_ray.writers.rlds.writer import ShardResult
+    from robo_ray.formats.rlds.writer import ShardResult
 
 TIMED_OUT = EpisodeTimedOut.code  # EP902
 WORKER_BEAT_S = 0.5  # an in-process worker thread's progress messages: at most this often

@@ -67,7 +67,7 @@ from robo_ray.stages.pipeline import (UNIT_FAILED, JobSpec, Publisher, PublishSp
                                       quarantine_unit)
 from robo_ray.stages.plan import Unit
 from robo_ray.watchdog import Limits
-from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
+from robo_ray.formats.rlds.writer import RldsWriter, ShardResult
 
 MODES = ("safe", "parallel-half", "parallel-max")
 DEFAULT_MAX_ATTEMPTS = 3

@@ -15,7 +15,7 @@ from robo_ray.ray_exec.faults import FaultPlan
 from robo_ray.stages.pipeline import UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT, JobSpec, quarantine_unit
 from robo_ray.stages.plan import Unit
 from robo_ray.watchdog import ACTIVITY, ACTOR_BEAT_S, InFlight, Limits, instrument, with_quarantined, without
-from robo_ray.writers.rlds.writer import ShardResult
+from robo_ray.formats.rlds.writer import ShardResult
 
 
 class UnitWorker:

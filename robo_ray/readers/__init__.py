@@ -17,9 +17,9 @@ from robo_ray.readers.base import Reader
 from robo_ray.storage import join, url_to_fs
 
 REGISTRY: dict[str, str] = {
-    "lerobot": "robo_ray.readers.lerobot:LeRobotReader",
-    "minari": "robo_ray.readers.minari:MinariReader",
-    "ortf": "robo_ray.readers.ortf:OrtfReader",
+    "lerobot": "robo_ray.formats.lerobot.reader:LeRobotReader",
+    "minari": "robo_ray.formats.minari.reader:MinariReader",
+    "ortf": "robo_ray.formats.ortf.reader:OrtfReader",
 }
 
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")

@@ -21,9 +21,9 @@ from robo_ray.stages.plan import Unit
 from robo_ray.storage import is_local
 from robo_ray.video import VideoPool
 from robo_ray.watchdog import ACTIVITY
-from robo_ray.writers.rlds.example import FeatureValue
-from robo_ray.writers.rlds.spool import BytesSpool
-from robo_ray.writers.rlds.writer import RldsWriter, ShardResult, ShardSink
+from robo_ray.formats.rlds.example import FeatureValue
+from robo_ray.spool import BytesSpool
+from robo_ray.formats.rlds.writer import RldsWriter, ShardResult, ShardSink
 
 log = logging.getLogger("robo_ray.convert")
 

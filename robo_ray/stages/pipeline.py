@@ -39,8 +39,8 @@ from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
 from robo_ray.storage import create_exclusive, is_local, join, sha256_file, url_to_fs, write_text_atomic
 from robo_ray.watchdog import InFlight, Limits, ThreadWorker, with_quarantined, without
-from robo_ray.writers.rlds.schema import shard_filename
-from robo_ray.writers.rlds.writer import RldsWriter, ShardResult
+from robo_ray.formats.rlds.schema import shard_filename
+from robo_ray.formats.rlds.writer import RldsWriter, ShardResult
 
 OUR_OUTPUTS = ("rlds", "inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
                "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json",

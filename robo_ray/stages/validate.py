@@ -21,9 +21,9 @@ from robo_ray.images import decode_image
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.storage import HashingReader, is_local, join, open_sequential, write_text_atomic
-from robo_ray.writers.rlds.example import decode_example, decode_example_stream
-from robo_ray.writers.rlds.schema import shard_filename
-from robo_ray.writers.rlds.tfrecord import iter_records
+from robo_ray.formats.rlds.example import decode_example, decode_example_stream
+from robo_ray.formats.rlds.schema import shard_filename
+from robo_ray.formats.rlds.tfrecord import iter_records
 
 DATASET_INFO_KEYS = {"citation", "description", "fileFormat", "moduleName", "name", "releaseNotes", "splits",
                      "version", "location", "redistributionInfo", "downloadSize", "configName", "configDescription",

@@ -6,7 +6,7 @@ import importlib
 from robo_ray.errors import UsageError
 
 REGISTRY: dict[str, str] = {
-    "rlds": "robo_ray.writers.rlds.writer:RldsWriter",
+    "rlds": "robo_ray.formats.rlds.writer:RldsWriter",
 }
 
 

@@ -17,8 +17,8 @@ import pytest
 
 from robo_ray.config import load_config
 from robo_ray.stages.pipeline import run_pipeline
-from robo_ray.writers.rlds.example import decode_example
-from robo_ray.writers.rlds.tfrecord import read_records
+from robo_ray.formats.rlds.example import decode_example
+from robo_ray.formats.rlds.tfrecord import read_records
 from tests.conftest import load_rlds, psnr
 from tests.fixtures.minari_gen import make_dataset, write_legacy_v04
 

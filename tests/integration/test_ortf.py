@@ -13,7 +13,7 @@ import pytest
 from robo_ray.config import load_config
 from robo_ray.readers import open_reader
 from robo_ray.stages.pipeline import run_pipeline
-from robo_ray.writers.ortf import write_ortf
+from robo_ray.formats.ortf.writer import write_ortf
 from tests.conftest import load_rlds, psnr, run_cli
 from tests.fixtures import ortf_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset

@@ -173,8 +173,8 @@ def _ledger(out: Path) -> dict:
 
 def _written_episodes(out: Path) -> list[int]:
     """Episode ids in the shards, read back record by record (duplicates kept)."""
-    from robo_ray.writers.rlds.example import decode_example
-    from robo_ray.writers.rlds.tfrecord import read_records
+    from robo_ray.formats.rlds.example import decode_example
+    from robo_ray.formats.rlds.tfrecord import read_records
 
     ids: list[int] = []
     d = next((out / "rlds").glob("*/*"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from robo_ray.writers.rlds.tfrecord import frame_record, read_records
+from robo_ray.formats.rlds.tfrecord import frame_record, read_records
 from tests.conftest import run_cli
 from tests.fixtures.lerobot_gen import DatasetSpec, write_lerobot_dataset
 

@@ -10,7 +10,7 @@ import pytest
 from robo_ray.errors import SourceFormatError, UnknownFormat, UnsafeInput
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import detect_format, open_reader
-from robo_ray.readers.lerobot import _parse_version, parse_features
+from robo_ray.formats.lerobot.reader import _parse_version, parse_features
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
 

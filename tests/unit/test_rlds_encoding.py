@@ -6,8 +6,8 @@ import io
 import numpy as np
 import pytest
 
-from robo_ray.writers.rlds.example import decode_example, encode_example
-from robo_ray.writers.rlds.tfrecord import frame_record, read_records
+from robo_ray.formats.rlds.example import decode_example, encode_example
+from robo_ray.formats.rlds.tfrecord import frame_record, read_records
 
 FEATURES = {
     "steps/action": np.arange(12, dtype=np.float32).reshape(3, 4) / 7,

@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from robo_ray.writers.rlds.example import (coalesced_chunks, decode_example, decode_example_stream, encode_example,
+from robo_ray.formats.rlds.example import (coalesced_chunks, decode_example, decode_example_stream, encode_example,
                                            example_segments, segments_size)
-from robo_ray.writers.rlds.spool import BytesSpool
-from robo_ray.writers.rlds.tfrecord import frame_record, framed_chunks, iter_records, read_records
+from robo_ray.spool import BytesSpool
+from robo_ray.formats.rlds.tfrecord import frame_record, framed_chunks, iter_records, read_records
 
 RNG = np.random.default_rng(0)
 FRAMES = [RNG.bytes(int(n)) for n in RNG.integers(1, 3000, size=41)]  # 41 "JPEGs" of random sizes

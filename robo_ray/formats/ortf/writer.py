@@ -35,7 +35,7 @@ from robo_ray.images import decode_image
 from robo_ray.mapping import FieldMap, ImageOptions, Mapping, default_mapping
 from robo_ray.readers import open_reader
 from robo_ray.stages.convert import ConvertOptions, UnitConverter, spooled_steps
-from robo_ray.writers.rlds.spool import BytesSpool, spool_for
+from robo_ray.spool import BytesSpool, spool_for
 from robo_ray.storage import is_empty_dir, is_local, join, url_to_fs, write_bytes_atomic, write_text_atomic
 
 ORTF_VERSION = "0.2"

@@ -11,10 +11,10 @@ from typing import Any, Iterator, Protocol, Sequence, Union
 
 import numpy as np
 
-from robo_ray.writers.rlds.spool import BytesSpool
-from robo_ray.writers.rlds.varint import read_varint as _read_varint
-from robo_ray.writers.rlds.varint import read_varint_from
-from robo_ray.writers.rlds.varint import varint as _varint
+from robo_ray.spool import BytesSpool
+from robo_ray.formats.rlds.varint import read_varint as _read_varint
+from robo_ray.formats.rlds.varint import read_varint_from
+from robo_ray.formats.rlds.varint import varint as _varint
 
 FeatureValue = Union[np.ndarray, Sequence[bytes], BytesSpool]
 Segment = Union[bytes, BytesSpool]

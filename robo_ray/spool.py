@@ -8,7 +8,7 @@ import tempfile
 from typing import Any, Iterator
 
 from robo_ray.storage import is_local
-from robo_ray.writers.rlds.varint import read_varint_from, varint
+from robo_ray.formats.rlds.varint import read_varint_from, varint
 
 DEFAULT_MAX_MEMORY = 32 << 20
 _TAG_VALUE = varint((1 << 3) | 2)  # BytesList.value = 1, length-delimited

@@ -294,7 +294,7 @@ class LeRobotReader(DatasetFiles):
 
     def discover(self) -> Inventory:
         """Build the inventory; consistency problems become findings (the caller decides what is fatal)."""
-        from robo_ray.readers.lerobot_checks import check_inventory  # local import: checks depend on this module
+        from robo_ray.formats.lerobot.checks import check_inventory  # local import: checks depend on this module
 
         refs = self.episode_refs()
         name = posixpath.basename(self.root.rstrip("/")) or "dataset"

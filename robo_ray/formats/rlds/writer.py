@@ -24,10 +24,10 @@ import numpy as np
 from robo_ray.mapping import Mapping
 from robo_ray.storage import (discard_upload, is_local, join, open_upload, storage_error, url_of, url_to_fs,
                               write_text_atomic)
-from robo_ray.writers.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
-from robo_ray.writers.rlds.schema import dataset_info_json, features_json, shard_filename
-from robo_ray.writers.rlds.spool import BytesSpool, spool_for
-from robo_ray.writers.rlds.tfrecord import framed_chunks
+from robo_ray.formats.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
+from robo_ray.formats.rlds.schema import dataset_info_json, features_json, shard_filename
+from robo_ray.spool import BytesSpool, spool_for
+from robo_ray.formats.rlds.tfrecord import framed_chunks
 
 
 @dataclass

@@ -27,7 +27,7 @@ from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames, VideoR
 from robo_ray.errors import (DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnknownFormat,
                              UnsafeInput, VideoDecodeError, VideoMissing)
 from robo_ray.readers.base import DatasetFiles, Finding, Inventory
-from robo_ray.readers.lerobot import column_to_numpy
+from robo_ray.formats.lerobot.reader import column_to_numpy
 from robo_ray.safety import (MAX_DIM, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_shape,
                              check_relative_path)
 from robo_ray.storage import url_to_fs

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from robo_ray.readers.base import Finding, Inventory
 
 if TYPE_CHECKING:
-    from robo_ray.readers.lerobot import LeRobotReader
+    from robo_ray.formats.lerobot.reader import LeRobotReader
 
 MAX_LISTED = 20
 

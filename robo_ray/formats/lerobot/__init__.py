@@ -1,0 +1,1 @@
+"""The lerobot format: what reading and writing it share, one package."""

@@ -1,0 +1,1 @@
+"""The minari format: what reading and writing it share, one package."""

@@ -1,0 +1,1 @@
+"""The ortf format: what reading and writing it share, one package."""

@@ -1,0 +1,1 @@
+"""The rlds format: what reading and writing it share, one package."""

@@ -1,1 +1,0 @@
-"""RLDS (TFDS TFRecord) writer, without TensorFlow: FORMATS.md part 1."""
