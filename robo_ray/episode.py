@@ -63,6 +63,8 @@ class EpisodeRef:
     global_from: int | None = None  # v3.0: dataset_from_index
     global_to: int | None = None
     source_id: str | None = None  # the source's own key for the episode (HDF5 group, ORTF episode_id), if any
+    locator: tuple[int, int] | None = None  # (byte offset, byte length) of the episode inside data_path, if known
+    split: str | None = None  # the source's split of the episode (train / val / test), if it has splits
 
     @property
     def video_map(self) -> dict[str, VideoRef]:
