@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from robo_ray.errors import RoboRayError, UsageError
 from robo_ray.secrets import redact
+from robo_ray.writers import DEFAULT_TARGET, writer_class, writer_names
 
 MODES = ("in-process", "safe", "parallel-half", "parallel-max")
 
@@ -40,11 +41,12 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", help="Ray address: auto | ray://host:port | local (default: in-process ray.init)")
     p.add_argument("--archive", action="store_true", help="also write <name>.tar.gz of the dataset")
     p.add_argument("--dry-run", action="store_true", help="print what a conversion would do, write nothing")
-    p.add_argument("--to", choices=("rlds", "ortf"), default="rlds", help="target format (default rlds)")
+    p.add_argument("--to", choices=writer_names(), default=None,
+                   help=f"target format: {', '.join(writer_names())} (default: target.format, {DEFAULT_TARGET})")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="robo-ray", description="Convert robot-learning datasets to RLDS.")
+    parser = _Parser(prog="robo-ray", description="Convert robot-learning datasets between formats, on Ray.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("run", help="discover -> spec -> convert -> validate -> publish")
@@ -91,6 +93,8 @@ def _config(args: argparse.Namespace) -> Any:
         fields["images.encoding"] = args.image_format
     if args.mapping:
         fields["mapping_file"] = args.mapping
+    if getattr(args, "to", None):
+        fields["target.format"] = args.to
     cfg = load_config(args.config, args.set)
     data = cfg.model_dump(by_alias=True)
     for dotted, value in fields.items():
@@ -117,8 +121,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.dry_run:
         return cmd_dry_run(cfg)
-    if args.to == "ortf":
-        return cmd_to_ortf(args, cfg)
     progress = _progress_printer()
     outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=progress,
                            archive=args.archive, resume=args.resume)
@@ -126,33 +128,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def cmd_to_ortf(args: argparse.Namespace, cfg: Any) -> int:
-    """`run --to ortf`: write an ORTF v0.2 dataset (in-process); quarantined episodes are listed, exit 3."""
-    from robo_ray.episode import QuarantineRecord
-    from robo_ray.formats.ortf.writer import write_ortf
-
-    res = write_ortf(cfg.source.url, cfg.target.url, source_format=cfg.source.format,
-                     storage_options=cfg.source.storage_options, out_storage_options=cfg.target.storage_options,
-                     max_episodes=cfg.max_episodes, lossless=cfg.images.encoding == "png", name=cfg.target.name,
-                     overwrite=args.overwrite)
-    for q in res.quarantined:
-        print(QuarantineRecord(**q).line(), file=sys.stderr)
-    print(f"{res.episodes} episodes / {res.steps} steps written as ORTF v0.2 to {cfg.target.url}; "
-          f"{len(res.quarantined)} quarantined")
-    return 3 if res.quarantined else 0
-
-
 def cmd_dry_run(cfg: Any) -> int:
     from robo_ray.readers import open_reader
     from robo_ray.stages.discover import summarize
-    from robo_ray.stages.plan import estimate_episode_bytes, plan_units
+    from robo_ray.stages.pipeline import make_writer, resolve_mapping
+    from robo_ray.stages.plan import estimate_episode_bytes
 
     reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options)
     inv = reader.discover()
-    units = plan_units(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
+    writer = make_writer(cfg, resolve_mapping(cfg, inv))
+    units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
     est = sum(estimate_episode_bytes(r, inv.features) for r in inv.refs)
     print(summarize(inv))
-    print(f"would write {len(units)} shards, about {est / 1e6:.1f} MB, to {cfg.target.url or '(no destination)'}")
+    print(f"would write {len(units)} units ({writer.title}), about {est / 1e6:.1f} MB, to "
+          f"{cfg.target.url or '(no destination)'}")
     return 0
 
 
@@ -193,7 +182,9 @@ def _load_output(dst: str) -> dict[str, Any]:
     inv = reader.discover()
     if cfg.max_episodes:
         inv.refs = inv.refs[:cfg.max_episodes]
-    return {"fs": fs, "root": root, "mapping": mapping, "ledger": ledger, "cfg": cfg, "reader": reader, "inv": inv}
+    writer = writer_class(cfg.target.format)(dst, mapping, cfg.target.storage_options, cfg.target.options)
+    return {"fs": fs, "root": root, "mapping": mapping, "ledger": ledger, "cfg": cfg, "reader": reader, "inv": inv,
+            "writer": writer}
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
@@ -238,7 +229,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         return fs.cat_file(path).decode().splitlines() if fs.exists(path) else []
 
     log = RunLog(lines=[ln for ln in previous("convert.log") if ln], errors=[ln for ln in previous("errors.log") if ln])
-    outcome = validate_and_publish(cfg, fs, root, out["mapping"], out["inv"], out["reader"], out["ledger"], log,
+    outcome = validate_and_publish(cfg, out["writer"], out["inv"], out["reader"], out["ledger"], log,
                                    "publish (re-run)", 0.0, quarantined, args.archive)
     print(outcome.message)
     return outcome.exit_code
@@ -249,8 +240,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     out = _load_output(args.dst)
     fs, root, mapping = out["fs"], out["root"], out["mapping"]
-    res = Validator(fs, root, mapping, out["inv"], out["reader"], out["ledger"],
-                    tfds_readback=not args.no_tfds,
+    res = Validator(out["writer"], out["inv"], out["reader"], out["ledger"], loader_readback=not args.no_tfds,
                     allow_nonfinite=out["cfg"].convert.nan_policy == "allow").run()
     write_validation_outputs(fs, root, res, mapping.dataset_name, 0.0)
     for c in res.checks:

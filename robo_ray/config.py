@@ -21,8 +21,9 @@ class SourceConfig(BaseModel):
 class TargetConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str = ""
-    format: Literal["rlds"] = "rlds"
+    format: str = "rlds"  # a name in robo_ray.writers.REGISTRY (checked when the writer is built)
     name: str | None = None  # dataset name (default: from the source folder)
+    options: dict[str, Any] = Field(default_factory=dict)  # the writer's own settings (its Options model)
     version: str = "1.0.0"
     storage_options: dict[str, Any] = Field(default_factory=dict)
 

@@ -27,7 +27,27 @@ Role = Literal["state", "observation", "action", "camera", "depth", "reward", "d
 
 @dataclass(frozen=True)
 class FeatureSpec:
-    """One source feature: what it is and its per-step shape (images always HWC here)."""
+    """One source feature: what it is and its per-step shape (images always HWC here).
+
+    `key`, `kind`, `dtype`, `shape` describe the data as the reader loads it (`Episode.columns[key]` is
+    (T, *shape), or `Episode.images` / `Episode.videos` for images). The last five fields are the reader's
+    declaration of what the feature *means*, so that the Spec stage (robo_ray/mapping.py) and the writers place it
+    by role and canonical name without knowing the source format:
+
+    * `role`: see `Role`; None = not declared (the Spec stage treats it as `other`, or `camera` / `depth` for
+      images, under a name made from the key).
+    * `name`: the canonical "/"-separated name of a data feature (state / observation / action / camera / depth
+      / other): `observation/state`, `observation/image` (one camera) or `observation/image_<camera>`,
+      `observation/depth[_<camera>]`, `action`, `observation/<rest>`, ... Unique among the data features of a
+      source (the reader suffixes later duplicates `_2`, `_3`, ...). Step fields (reward, discount, is_first,
+      is_last, terminal) may carry their RLDS-style name too; the Spec stage uses their role.
+    * `scalar`: one value per step whatever `shape` says (LeRobot's shape [1] columns other than action and
+      observation.state): canonical shape ().
+    * `channels_first`: `declared_shape` is the frames' layout in the source and is not HWC (CHW): the frames are
+      turned to HWC and mapping.md says "CHW->HWC".
+    * `note`: why a feature that is not data (bookkeeping, text with no tensor form) is left out of the steps,
+      shown in mapping.md's "Not Mapped" table.
+    """
 
     key: str
     kind: FeatureKind
@@ -36,10 +56,11 @@ class FeatureSpec:
     names: Any = None
     declared_shape: tuple[int, ...] | None = None  # as written in the source (may be CHW)
     codec: str | None = None
-    role: Role | None = None  # None: not declared by the reader (the Spec stage infers it from the key)
+    role: Role | None = None  # None: not declared by the reader
     name: str | None = None  # canonical "/"-separated name (e.g. observation/state, observation/image_wrist)
-    scalar: bool = False  # one value per step whatever `shape` says (LeRobot's shape [1] columns): canonical shape ()
-    note: str | None = None  # why a bookkeeping/unmapped feature is left out (shown in mapping.md)
+    scalar: bool = False  # one value per step whatever `shape` says: canonical shape ()
+    note: str | None = None  # why a bookkeeping / unmapped feature is left out (shown in mapping.md)
+    channels_first: bool = False  # declared_shape is channel-first: frames become HWC ("CHW->HWC")
 
 
 @dataclass(frozen=True)
@@ -143,3 +164,69 @@ class QuarantineRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {"episode_index": self.episode_index, "code": self.code, "reason": self.reason, "file": self.file}
+
+
+# ---- what writers receive ----------------------------------------------------------------------------------------
+# A frame as it reaches a writer: a decoded video frame (PyAV, YUV planes untouched), a decoded HxWxC array
+# (uint8, or uint16 depth), or the source's encoded image bytes (PNG/JPEG) that a writer may pass through unchanged.
+FrameItem = Any  # av.VideoFrame | np.ndarray | bytes
+
+
+class Frames:
+    """One camera's frames of one episode, produced lazily: the video is decoded while the writer iterates, so
+    memory does not grow with the episode and no writer re-decodes what another encoded. Iterable once; iteration
+    raises the episode's error (FrameCountMismatch, TimestampMismatch, ...) where the source turns out bad."""
+
+    def __init__(self, length: int, items: Iterator[FrameItem], shape: tuple[int, ...], dtype: str = "uint8") -> None:
+        self.length = length
+        self.shape = tuple(shape)  # HxWxC of the mapping (after a resize)
+        self.dtype = dtype
+        self._items: Iterator[FrameItem] | None = items
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def channels(self) -> int:
+        return int(self.shape[2]) if len(self.shape) == 3 else 1
+
+    def __iter__(self) -> Iterator[FrameItem]:
+        if self._items is None:
+            raise RuntimeError("Frames can be iterated only once")
+        items, self._items = self._items, None
+        return items
+
+    def close(self) -> None:
+        """Stop producing (closes a video generator mid-stream)."""
+        items, self._items = self._items, None
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+
+
+@dataclass
+class CanonicalEpisode:
+    """One episode as every writer receives it: named by the mapping's targets, typed, with the episode's
+    boundary flags, reward, discount and language made explicit (no target's layout rules here)."""
+
+    ref: EpisodeRef
+    length: int
+    tensors: dict[str, np.ndarray]  # target -> (T, *shape), dtype as the mapping says
+    texts: dict[str, list[str]]  # target -> one string per step
+    cameras: dict[str, Frames]  # target -> frames (decoded lazily)
+    reward: np.ndarray  # float32 (T,)
+    discount: np.ndarray  # float32 (T,)
+    is_first: np.ndarray  # bool (T,)
+    is_last: np.ndarray  # bool (T,)
+    is_terminal: np.ndarray  # bool (T,)
+    language: list[str]  # the instruction of each step ("" when the source has none)
+    metadata: dict[str, Any]  # episode metadata, typed as the mapping says
+    timestamps: np.ndarray | None = None  # per-step source time (episode-relative seconds), when known
+
+    @property
+    def episode_index(self) -> int:
+        return self.ref.episode_index
+
+    def close(self) -> None:
+        for frames in self.cameras.values():
+            frames.close()

@@ -54,6 +54,19 @@ class ImageEncoder:
         fmt = "gray" if channels == 1 else "rgb24"
         return self.encode_array(frame.to_ndarray(format=fmt))
 
+    def encode_item(self, item: object, channels: int = 3) -> bytes:
+        """Any frame a writer receives (robo_ray.episode.FrameItem) -> encoded bytes: a PyAV frame from its
+        planes, a uint16 array as 16-bit PNG, a uint8 array as is, source bytes passed through when they fit."""
+        if isinstance(item, av.VideoFrame):
+            return self.encode_frame(item, channels)
+        if isinstance(item, np.ndarray):
+            if item.dtype == np.uint16:
+                from robo_ray.episode import png_bytes
+
+                return png_bytes(item, 3)
+            return self.encode_array(item)
+        return self.transcode(item, channels)  # type: ignore[arg-type]
+
     def transcode(self, data: bytes, channels: int = 3) -> bytes:
         """Encoded PNG/JPEG from the source -> our encoding (passed through when nothing would change)."""
         if not self.resize and _sniff(data) == self.fmt:

@@ -4,7 +4,7 @@ that stops sending). No Ray here; robo_ray/stages/pipeline.py (in-process) and r
 * `Limits`: `convert.unit_timeout_s` (wall time of one attempt at a unit) and `convert.read_timeout_s` (longest
   time without progress: a frame decoded, a file opened, an episode started or finished).
 * `ACTIVITY`: what this thread's conversion is doing now (unit, episode, the file being read). robo_ray/video.py
-  reports each open, seek and decoded frame, `instrument(converter)` each episode start and end. A sink set with
+  reports each open, seek and decoded frame, `WatchdogHooks` each episode start and end. A sink set with
   `ACTIVITY.report(sink)` gets a snapshot at once for a new file or episode, and at most every `interval` s of
   progress (a frame costs a thread-local lookup and a clock read).
 * `judge`: limits + how long the attempt has run / been silent + the last snapshot -> `Verdict` (None: fine).
@@ -31,7 +31,7 @@ from robo_ray.errors import EpisodeTimedOut, RoboRayError
 
 if TYPE_CHECKING:  # video.py imports this module: keep it light
     from robo_ray.stages.plan import Unit
-    from robo_ray.formats.rlds.writer import ShardResult
+    from robo_ray.writers.base import UnitResult as ShardResult
 
 TIMED_OUT = EpisodeTimedOut.code  # EP902
 WORKER_BEAT_S = 0.5  # an in-process worker thread's progress messages: at most this often
@@ -158,17 +158,14 @@ class Activity(threading.local):
 ACTIVITY = Activity()
 
 
-def instrument(converter: Any) -> None:
-    """Report each episode start and end of `converter` (a UnitConverter) to ACTIVITY."""
-    inner = converter.convert_episode
+class WatchdogHooks:
+    """Convert hooks (robo_ray.stages.convert.ConvertHooks) reporting each episode's start and end to ACTIVITY."""
 
-    def convert_episode(ref, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+    def before_episode(self, ref: Any) -> None:
         ACTIVITY.start_episode(ref.episode_index, ref.source_files(), ref.data_path)
-        out = inner(ref, *args, **kwargs)
-        ACTIVITY.end_episode()  # an abandoned thread stops here at the latest: its shard is never committed
-        return out
 
-    converter.convert_episode = convert_episode
+    def after_episode(self, ref: Any) -> None:
+        ACTIVITY.end_episode()  # an abandoned thread stops here at the latest: its unit is never committed
 
 
 # ---- verdicts ---------------------------------------------------------------------------------------------------
@@ -266,8 +263,7 @@ class ThreadWorker:
     def _main(self, job: Any) -> None:
         ACTIVITY.bind(self.cancelled)
         try:
-            converter = job.make_converter()
-            instrument(converter)
+            converter = job.make_converter(WatchdogHooks())
         except BaseException as exc:  # noqa: BLE001 - the caller raises it
             self.outbox.put(("error", exc))
             return

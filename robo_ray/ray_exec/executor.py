@@ -60,14 +60,13 @@ from typing import Any, Callable, Iterator, TextIO
 import ray
 
 from robo_ray.errors import RoboRayError, UsageError
-from robo_ray.mapping import Mapping
 from robo_ray.ray_exec.faults import FaultPlan
 from robo_ray.ray_exec.worker import AttemptCounter, UnitWorker
 from robo_ray.stages.pipeline import (UNIT_FAILED, JobSpec, Publisher, PublishSpec, RunOutcome, quarantine_lines,
                                       quarantine_unit)
 from robo_ray.stages.plan import Unit
 from robo_ray.watchdog import Limits
-from robo_ray.formats.rlds.writer import RldsWriter, ShardResult
+from robo_ray.writers import UnitResult
 
 MODES = ("safe", "parallel-half", "parallel-max")
 DEFAULT_MAX_ATTEMPTS = 3
@@ -111,7 +110,7 @@ class _Status:
             self._thread = threading.Thread(target=self._loop, name="robo-ray-status", daemon=True)
             self._thread.start()
 
-    def add(self, res: ShardResult) -> None:
+    def add(self, res: UnitResult) -> None:
         self.units += 1
         self.eps += len(res.episodes) + len(res.quarantined)
         self.steps += sum(s for _, s in res.episodes)
@@ -199,7 +198,7 @@ class RayExecutor:
         self._started_ray = False
 
     # ---- the actor pool ---------------------------------------------------------------------------------------
-    def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any) -> Iterator[ShardResult]:
+    def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any) -> Iterator[UnitResult]:
         """Run `units` on the pool; yield each unit's result as it finishes (any order). Units Ray gave up on are
         simply absent (the caller quarantines them)."""
         from ray.data import ActorPoolStrategy, DataContext
@@ -237,13 +236,13 @@ class RayExecutor:
                     num_cpus=cpus_per_actor, max_restarts=-1, max_task_retries=self.max_attempts + 2)
             watchdog.start()
             for row in ds.iter_rows():
-                yield ShardResult.from_dict(json.loads(row["result"]))
+                yield UnitResult.from_dict(json.loads(row["result"]))
         finally:
             watchdog.stop()
             for k, v in saved.items():
                 setattr(ctx, k, v)
 
-    def run(self, units: list[Unit], job: JobSpec) -> Iterator[ShardResult]:
+    def run(self, units: list[Unit], job: JobSpec) -> Iterator[UnitResult]:
         """The plain Executor protocol: results only (no Publisher actor)."""
         if not units:
             return
@@ -260,8 +259,7 @@ class RayExecutor:
             ray.kill(counter)
         lost = [u for u in units if u.index not in seen]
         if lost:
-            writer = RldsWriter(job.out_url, Mapping.model_validate_json(job.mapping_json),
-                                job.options.target_storage_options)
+            writer = job.make_writer()
             for u in lost:
                 yield quarantine_unit(writer, u, UNIT_FAILED, "Ray gave up on this unit after repeated failures")
 

@@ -56,23 +56,27 @@ class FaultPlan:
             parts.append(f"{DELAY_ENV}={self.delay_s}")
         return " ".join(parts)
 
-    def install(self, converter: Any) -> None:
-        """Wrap the converter's per-episode entry point so the abort happens inside the unit, after the shard's
-        temp file was opened (as a real decoder crash would)."""
-        if not self.abort_episodes:
-            return
-        inner = converter.convert_episode
-        doomed = self.abort_episodes
-
-        def convert_episode(ref, *args):  # noqa: ANN001, ANN002
-            if ref.episode_index in doomed:
-                os.abort()
-            return inner(ref, *args)
-
-        converter.convert_episode = convert_episode
+    def hooks(self) -> "AbortHooks":
+        """Convert hooks that abort the process when a doomed episode starts: inside the unit, after the unit's
+        temp files were opened (as a real decoder crash would)."""
+        return AbortHooks(self.abort_episodes)
 
     def before_unit(self, unit_index: int) -> None:
         if self.delay_s > 0:
             time.sleep(self.delay_s)
         if unit_index in self.raise_units:
             raise OSError(f"injected storage failure for unit {unit_index} ({RAISE_ENV})")
+
+
+class AbortHooks:
+    """ConvertHooks (robo_ray.stages.convert) of a FaultPlan: `os.abort()` before a doomed episode."""
+
+    def __init__(self, doomed: frozenset[int]) -> None:
+        self.doomed = doomed
+
+    def before_episode(self, ref: Any) -> None:
+        if ref.episode_index in self.doomed:
+            os.abort()
+
+    def after_episode(self, ref: Any) -> None:
+        pass

@@ -12,10 +12,11 @@ import numpy as np
 import ray
 
 from robo_ray.ray_exec.faults import FaultPlan
+from robo_ray.stages.convert import ChainedHooks
 from robo_ray.stages.pipeline import UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT, JobSpec, quarantine_unit
 from robo_ray.stages.plan import Unit
-from robo_ray.watchdog import ACTIVITY, ACTOR_BEAT_S, InFlight, Limits, instrument, with_quarantined, without
-from robo_ray.formats.rlds.writer import ShardResult
+from robo_ray.watchdog import ACTIVITY, ACTOR_BEAT_S, InFlight, Limits, WatchdogHooks, with_quarantined, without
+from robo_ray.writers import UnitResult
 
 
 class UnitWorker:
@@ -36,9 +37,7 @@ class UnitWorker:
         self.coordinator = coordinator
         self.max_attempts = max_attempts
         self.faults = faults or FaultPlan()
-        self.converter = job.make_converter()
-        self.faults.install(self.converter)
-        instrument(self.converter)
+        self.converter = job.make_converter(ChainedHooks(self.faults.hooks(), WatchdogHooks()))
         self.who = f"{socket.gethostname()}:{os.getpid()}"
         self.actor = ray.get_runtime_context().current_actor
 
@@ -113,7 +112,7 @@ class AttemptCounter:
         self.flight.failed(unit_index, error)
 
     def record(self, row: dict[str, Any]) -> list[str]:
-        unit = ShardResult.from_dict(row).shard_index
+        unit = UnitResult.from_dict(row).shard_index
         self.flight.end(unit)
         self.results[unit] = row
         return []

@@ -1,19 +1,22 @@
-"""Convert: one work unit -> one output shard. `UnitConverter` holds what an actor reuses across units (reader,
-open video streams, image encoder, writer); it imports no Ray and is called the same way in-process or in an actor.
+"""Convert: one work unit -> the writer's files for it. `UnitConverter` holds what an actor reuses across units
+(reader, open video streams, writer); it imports no Ray and is called the same way in-process or in an actor.
+
+It turns each planned episode into a `CanonicalEpisode` (typed tensors named by the mapping, explicit flags,
+reward, discount, language, metadata, and per camera a lazy `Frames` stream: video is decoded while the writer
+consumes it) and hands it to the writer's unit sink. It names no format: the writer encodes and lays out.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from robo_ray.episode import Episode, EpisodeRef, QuarantineRecord, RawFrames, VideoRef, png_bytes
+from robo_ray.episode import (CanonicalEpisode, Episode, EpisodeRef, Frames, QuarantineRecord, RawFrames,
+                              VideoRef)
 from robo_ray.errors import (DataCorrupt, EpisodeError, FrameCountMismatch, NonFiniteValue, StorageError,
                              TimestampMismatch, VideoDecodeError, VideoMissing)
-from robo_ray.images import ImageEncoder
 from robo_ray.mapping import FieldMap, Mapping
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Reader
@@ -21,9 +24,7 @@ from robo_ray.stages.plan import Unit
 from robo_ray.storage import is_local
 from robo_ray.video import VideoPool
 from robo_ray.watchdog import ACTIVITY
-from robo_ray.formats.rlds.example import FeatureValue
-from robo_ray.spool import BytesSpool
-from robo_ray.formats.rlds.writer import RldsWriter, ShardResult, ShardSink
+from robo_ray.writers import UnitResult, UnitSink, Writer
 
 log = logging.getLogger("robo_ray.convert")
 
@@ -39,30 +40,50 @@ class ConvertOptions:
     target_storage_options: dict[str, Any] = field(default_factory=dict)
 
 
-class UnitConverter:
-    """Converts units of one source into shards of one target; reusable across many units."""
+class ConvertHooks:
+    """Explicit extension points around each episode (the watchdog's progress, test-only fault injection);
+    the default does nothing. Hooks may raise to stop the unit."""
 
-    def __init__(self, source_url: str, source_format: str | None, mapping: Mapping, out_url: str,
-                 options: ConvertOptions | None = None, reader: Reader | None = None) -> None:
+    def before_episode(self, ref: EpisodeRef) -> None:
+        pass
+
+    def after_episode(self, ref: EpisodeRef) -> None:
+        pass
+
+
+class ChainedHooks(ConvertHooks):
+    def __init__(self, *hooks: ConvertHooks) -> None:
+        self.hooks = hooks
+
+    def before_episode(self, ref: EpisodeRef) -> None:
+        for h in self.hooks:
+            h.before_episode(ref)
+
+    def after_episode(self, ref: EpisodeRef) -> None:
+        for h in self.hooks:
+            h.after_episode(ref)
+
+
+class UnitConverter:
+    """Converts units of one source into one target's units; reusable across many units."""
+
+    def __init__(self, source_url: str, source_format: str | None, mapping: Mapping, writer: Writer,
+                 options: ConvertOptions | None = None, reader: Reader | None = None,
+                 hooks: ConvertHooks | None = None) -> None:
         self.options = options or ConvertOptions()
         self._owns_reader = reader is None
         self.reader = reader or open_reader(source_url, source_format, self.options.source_storage_options)
         self.mapping = mapping
-        self.writer = RldsWriter(out_url, mapping, self.options.target_storage_options)
+        self.writer = writer
+        self.hooks = hooks or ConvertHooks()
         self.videos = VideoPool(threads=self.options.decoder_threads)
-        img = mapping.images
-        self.encoders = {
-            fm.source: ImageEncoder(fmt=mapping.encoding_of(fm), quality=img.jpeg_quality,
-                                    resize=tuple(img.resize) if img.resize else None)  # type: ignore[arg-type]
-            for fm in mapping.image_maps()}
 
-    def convert(self, unit: Unit, on_quarantine: Callable[[QuarantineRecord], None] | None = None) -> ShardResult:
-        """Write the unit's shard; bad episodes are quarantined (recorded in the result), never fatal."""
-        sink = self.writer.open_shard(unit.index, unit.num_shards)
+    def convert(self, unit: Unit, on_quarantine: Callable[[QuarantineRecord], None] | None = None) -> UnitResult:
+        """Write the unit; bad episodes are quarantined (recorded in the result), never fatal."""
+        sink = self.writer.open_unit(unit)
         try:
             for ref in unit.refs:
-                with spooled_steps() as steps:
-                    rec = self._episode_into(sink, ref, steps)
+                rec = self._episode_into(sink, ref)
                 if rec is not None:
                     sink.quarantine(rec.to_dict())
                     if on_quarantine:
@@ -72,11 +93,13 @@ class UnitConverter:
             sink.abort()
             raise
 
-    def _episode_into(self, sink: ShardSink, ref: EpisodeRef, steps: dict[str, FeatureValue]
-                      ) -> QuarantineRecord | None:
-        """Convert one episode into the shard; a bad episode comes back as its quarantine record."""
+    def _episode_into(self, sink: UnitSink, ref: EpisodeRef) -> QuarantineRecord | None:
+        """Convert one episode into the unit; a bad episode comes back as its quarantine record."""
+        self.hooks.before_episode(ref)
+        episode: CanonicalEpisode | None = None
         try:
-            metadata = self.convert_episode(ref, steps, sink.spool)
+            episode = self.canonical_episode(ref)
+            sink.add(episode)
         except EpisodeError as exc:
             return QuarantineRecord(ref.episode_index, exc.code, str(exc), _file_of(exc, ref))
         except StorageError:  # the store failed after its retries, not the episode: fail the unit
@@ -85,54 +108,50 @@ class UnitConverter:
             log.exception("episode %s: unexpected error", ref.episode_index)
             return QuarantineRecord(ref.episode_index, "EP999", f"unexpected {type(exc).__name__}: {exc}",
                                     ref.data_path)
-        sink.add(ref.episode_index, steps, metadata, ref.length)
+        finally:
+            if episode is not None:
+                episode.close()
+        self.hooks.after_episode(ref)
         return None
 
     # ---- one episode -------------------------------------------------------------------------------------------
-    def convert_episode(self, ref: EpisodeRef, steps: dict[str, FeatureValue],
-                        new_spool: Callable[[], BytesSpool] = BytesSpool) -> dict[str, Any]:
-        """Fill `steps` (target key -> values; camera frames go to spools from `new_spool`, which the caller
-        closes) and return the episode metadata."""
+    def canonical_episode(self, ref: EpisodeRef) -> CanonicalEpisode:
+        """Load one episode and give it the mapping's names and types; cameras stay lazy `Frames`."""
         ep = self.reader.load_episode(ref)
         n = ep.length
+        tensors: dict[str, np.ndarray] = {}
+        texts: dict[str, list[str]] = {}
         for fm in self.mapping.steps:
             if fm.kind == "tensor":
-                steps[fm.target] = self._tensor(ep, fm)
+                tensors[fm.target] = self._tensor(ep, fm)
             elif fm.kind == "text":
-                steps[fm.target] = [str(x).encode("utf-8") for x in ep.columns[fm.source]]
-        for fm in self.mapping.image_maps():
-            steps[fm.target] = self._images(ep, fm, new_spool)
+                texts[fm.target] = [str(x) for x in ep.columns[fm.source]]
         d = self.mapping.defaults
-        if d.reward_source:
-            steps["reward"] = self._step_column(ep, d.reward_source, np.float32)
-        else:
-            steps["reward"] = np.full(n, d.reward, dtype=np.float32)
-        if d.discount_source:
-            steps["discount"] = self._step_column(ep, d.discount_source, np.float32)
-        else:
-            steps["discount"] = np.full(n, d.discount, dtype=np.float32)
+        reward = self._step_column(ep, d.reward_source, np.float32) if d.reward_source \
+            else np.full(n, d.reward, dtype=np.float32)
+        discount = self._step_column(ep, d.discount_source, np.float32) if d.discount_source \
+            else np.full(n, d.discount, dtype=np.float32)
         first = np.zeros(n, dtype=np.bool_)
         last = np.zeros(n, dtype=np.bool_)
         if n:
             first[0] = True
             last[-1] = True
-        steps["is_first"] = self._step_column(ep, d.is_first_source, np.bool_) if d.is_first_source else first
-        steps["is_last"] = self._step_column(ep, d.is_last_source, np.bool_) if d.is_last_source else last
-        if d.is_terminal_source:
-            steps["is_terminal"] = self._step_column(ep, d.is_terminal_source, np.bool_)
-        else:
-            steps["is_terminal"] = np.full(n, d.is_terminal, dtype=np.bool_)
-        lang = ep.step_tasks if d.language_source == "task" else [""] * n
+        is_first = self._step_column(ep, d.is_first_source, np.bool_) if d.is_first_source else first
+        is_last = self._step_column(ep, d.is_last_source, np.bool_) if d.is_last_source else last
+        is_terminal = self._step_column(ep, d.is_terminal_source, np.bool_) if d.is_terminal_source \
+            else np.full(n, d.is_terminal, dtype=np.bool_)
+        lang = list(ep.step_tasks) if d.language_source == "task" else [""] * n
         if len(lang) != n:
             raise DataCorrupt(f"{ep.ref.data_path}: episode {ep.episode_index} has {len(lang)} step tasks for "
                               f"{n} steps")
-        steps["language_instruction"] = [t.encode("utf-8") for t in lang]
         metadata = {k: _metadata_value(ep.metadata.get(k), self.mapping.metadata_type(k))
                     for k in self.mapping.episode_metadata}
-        return metadata
+        cameras = {fm.target: self._frames(ep, fm) for fm in self.mapping.image_maps()}
+        return CanonicalEpisode(ref, n, tensors, texts, cameras, reward, discount, is_first, is_last, is_terminal,
+                                lang, metadata, ep.timestamps)
 
     def _step_column(self, ep: Episode, key: str, dtype: type) -> np.ndarray:
-        """A per-step source column used for an RLDS step field (reward, discount, flags): one value a step."""
+        """A per-step source column used for a step field (reward, discount, flags): one value a step."""
         col = ep.columns.get(key)
         if col is None or col.size != ep.length:
             got = "missing" if col is None else f"{col.size} values"
@@ -158,34 +177,28 @@ class UnitConverter:
         dtype = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}.get(fm.dtype, np.float32)
         return arr.astype(dtype, copy=False)
 
-    def _images(self, ep: Episode, fm: FieldMap, new_spool: Callable[[], BytesSpool]) -> FeatureValue:
-        enc = self.encoders[fm.source]
+    def _frames(self, ep: Episode, fm: FieldMap) -> Frames:
+        """The camera's frames for the writer: embedded images as their bytes, raw pixels as arrays (channels as
+        the mapping says; 16-bit stays 16-bit), video as decoded PyAV frames, produced while the writer reads."""
         channels = fm.shape[2]
+        shape = tuple(fm.shape)
         if fm.source in ep.images:
             images = ep.images[fm.source]
             if len(images) != ep.length:
                 raise FrameCountMismatch(f"{ep.ref.data_path}: episode {ep.episode_index} image {fm.source!r} has "
                                          f"{len(images)} frames for {ep.length} steps")
-            if isinstance(images, RawFrames):  # uncompressed source pixels: encode once
+            if isinstance(images, RawFrames):  # uncompressed source pixels
                 if fm.dtype == "uint16" or images.array.dtype == np.uint16:
-                    return [_beat(png_bytes(f, 3)) for f in images.array.astype(np.uint16)]
-                return [_beat(enc.encode_array(_channels(f, channels))) for f in images.array]
-            return [_beat(enc.transcode(b, channels)) for b in images]
+                    arrays = images.array.astype(np.uint16)
+                    return Frames(ep.length, (_beat(f) for f in arrays), shape, "uint16")
+                return Frames(ep.length, (_beat(_channels(f, channels)) for f in images.array), shape)
+            return Frames(ep.length, (_beat(b) for b in images), shape)
         ref = ep.videos.get(fm.source)
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
-        out = new_spool()
-        try:
-            self._decode_video(ep, fm, ref, enc, channels, out)
-        except BaseException:
-            out.close()
-            raise
-        return out
+        return Frames(ep.length, self._decode_video(ep, fm, ref), shape, fm.dtype)
 
-    def _decode_video(self, ep: Episode, fm: FieldMap, ref: VideoRef, enc: ImageEncoder, channels: int,
-                      out: BytesSpool) -> None:
-        """Decode the episode's window of the file forward, matching each step's timestamp to a frame, encoding
-        each into `out`."""
+    def _open_video(self, ep: Episode, fm: FieldMap, ref: VideoRef) -> Any:
         path = ref.path
         local_path = self.reader.path(path)
         # one existence check per file, not per episode (v3.0 files hold many; on object stores it is a request)
@@ -200,6 +213,15 @@ class UnitConverter:
         if (stream.height, stream.width) != (src_h, src_w):
             raise VideoDecodeError(f"{path}: video is {stream.width}x{stream.height}, info.json declares "
                                    f"{src_w}x{src_h} (episode {ep.episode_index})")
+        return stream
+
+    def _decode_video(self, ep: Episode, fm: FieldMap, ref: VideoRef) -> Iterator[Any]:
+        """Open the file when the writer asks for the first frame, decode the episode's window forward, matching
+        each step's timestamp to a frame; yields the decoded frames; raises at the end when the window holds more
+        or fewer frames than steps."""
+        stream = self._open_video(ep, fm, ref)
+        path = ref.path
+        local_path = self.reader.path(path)
         ts = ep.timestamps if ep.timestamps is not None else np.arange(ep.length) / self.reader.fps
         tol = self.options.video_tolerance_s
         start = ref.from_timestamp
@@ -216,9 +238,12 @@ class UnitConverter:
                 if abs(t - q) > tol + 4e-7 * abs(q):
                     raise TimestampMismatch(f"{path}: episode {ep.episode_index} step {i} wants t={q:.4f}s, "
                                             f"the next frame is at {t:.4f}s (tolerance {tol}s)")
-                out.append(enc.encode_frame(frame, channels))
+                yield frame
                 frames += 1
         except EpisodeError:
+            self.videos.drop(local_path)
+            raise
+        except GeneratorExit:  # the writer stopped early (another camera failed): the stream position is lost
             self.videos.drop(local_path)
             raise
         if frames != ep.length:
@@ -236,22 +261,10 @@ class UnitConverter:
             close_reader()
 
 
-def _beat(encoded: bytes) -> bytes:
+def _beat(item: Any) -> Any:
     """Progress for the watchdog (embedded images report no decode): one clock read per image."""
     ACTIVITY.beat()
-    return encoded
-
-
-@contextmanager
-def spooled_steps() -> Iterator[dict[str, FeatureValue]]:
-    """An episode's step features; the camera spools in it are closed (scratch freed) on exit."""
-    steps: dict[str, FeatureValue] = {}
-    try:
-        yield steps
-    finally:
-        for v in steps.values():
-            if isinstance(v, BytesSpool):
-                v.close()
+    return item
 
 
 def _channels(frame: np.ndarray, channels: int) -> np.ndarray:

@@ -27,24 +27,32 @@ from typing import Any, Callable, Iterator, Protocol, TextIO
 from robo_ray.config import JobConfig
 from robo_ray.episode import QuarantineRecord
 from robo_ray.errors import DestinationNotEmpty, OutputConflict, ValidationFailed
-from robo_ray.mapping import Mapping, default_mapping
+from robo_ray.mapping import Mapping
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
-from robo_ray.stages.convert import ConvertOptions, UnitConverter
+from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
 from robo_ray.stages.discover import summarize, write_discover_outputs
-from robo_ray.stages.plan import Unit, plan_units
+from robo_ray.stages.plan import Unit
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
 from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
-from robo_ray.storage import create_exclusive, is_local, join, sha256_file, url_to_fs, write_text_atomic
+from robo_ray.storage import create_exclusive, is_local, join, url_to_fs, write_text_atomic
 from robo_ray.watchdog import InFlight, Limits, ThreadWorker, with_quarantined, without
-from robo_ray.formats.rlds.schema import shard_filename
-from robo_ray.formats.rlds.writer import RldsWriter, ShardResult
+from robo_ray.writers import DEFAULT_TARGET, REGISTRY as WRITERS, UnitResult, Writer, writer_class
 
-OUR_OUTPUTS = ("rlds", "inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
+# the run's own files at the output root; each writer adds its dataset's entries (Writer.outputs())
+RUN_OUTPUTS = ("inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
                "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json",
                "dataset_statistics.json", "commit.json", LOCK_NAME)
+
+
+def our_outputs() -> set[str]:
+    """Every top-level name robo-ray may write at an output root, for any registered target."""
+    names = set(RUN_OUTPUTS)
+    for fmt in WRITERS:
+        names |= set(writer_class(fmt).OUTPUTS)
+    return names
 # the commit marker: the run's last write, a conditional create (two runs racing on one destination: one publishes)
 COMMIT_MARKER = "commit.json"
 
@@ -71,12 +79,12 @@ class Executor(Protocol):
 
     name: str
 
-    def run(self, units: list[Unit], job: "JobSpec") -> Iterator[ShardResult]: ...
+    def run(self, units: list[Unit], job: "JobSpec") -> Iterator[UnitResult]: ...
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What a worker needs to build its UnitConverter (picklable)."""
+    """What a worker needs to build its UnitConverter and writer (picklable)."""
 
     source_url: str
     source_format: str | None
@@ -84,10 +92,18 @@ class JobSpec:
     out_url: str
     options: ConvertOptions
     limits: Limits = field(default_factory=Limits)  # the watchdog's timeouts (none: no watchdog)
+    target_format: str = DEFAULT_TARGET
+    target_options: dict[str, Any] = field(default_factory=dict)
 
-    def make_converter(self) -> UnitConverter:
+    def make_writer(self) -> Writer:
         mapping = Mapping.model_validate_json(self.mapping_json)
-        return UnitConverter(self.source_url, self.source_format, mapping, self.out_url, self.options)
+        return writer_class(self.target_format)(self.out_url, mapping, self.options.target_storage_options,
+                                                self.target_options)
+
+    def make_converter(self, hooks: ConvertHooks | None = None) -> UnitConverter:
+        writer = self.make_writer()
+        return UnitConverter(self.source_url, self.source_format, writer.mapping, writer, self.options,
+                             hooks=hooks)
 
 
 class InProcessExecutor:
@@ -101,7 +117,7 @@ class InProcessExecutor:
 
     name = "in-process (1 worker)"
 
-    def run(self, units: list[Unit], job: JobSpec) -> Iterator[ShardResult]:
+    def run(self, units: list[Unit], job: JobSpec) -> Iterator[UnitResult]:
         if job.limits.active:
             yield from self._run_watched(units, job)
             return
@@ -112,9 +128,9 @@ class InProcessExecutor:
         finally:
             conv.close()
 
-    def _run_watched(self, units: list[Unit], job: JobSpec) -> Iterator[ShardResult]:
+    def _run_watched(self, units: list[Unit], job: JobSpec) -> Iterator[UnitResult]:
         worker: ThreadWorker | None = None
-        writer: RldsWriter | None = None
+        writer: Writer | None = None
         try:
             for unit in units:
                 skip: dict[int, dict[str, Any]] = {}
@@ -132,8 +148,7 @@ class InProcessExecutor:
                         skip[verdict.episode] = verdict.record()  # redo the unit without it, in a fresh worker
                         continue
                     if writer is None:
-                        writer = RldsWriter(job.out_url, Mapping.model_validate_json(job.mapping_json),
-                                            job.options.target_storage_options)
+                        writer = job.make_writer()
                     res = quarantine_unit(writer, without(unit, skip), verdict.code, verdict.reason)
                     yield with_quarantined(res, skip.values())
                     break
@@ -183,7 +198,8 @@ def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str) -> Non
     if entries and not overwrite:
         raise DestinationNotEmpty(f"destination {out_url} is not empty (use --overwrite to replace its outputs)")
     # a temp left by a killed write of one of our own outputs (ledger.json.tmp-xxxx) is ours too
-    foreign = [e for e in entries if e.split(".tmp-", 1)[0] not in OUR_OUTPUTS and not e.endswith(".tar.gz")]
+    ours = our_outputs()
+    foreign = [e for e in entries if e.split(".tmp-", 1)[0] not in ours and not e.endswith(".tar.gz")]
     if overwrite and foreign:
         raise DestinationNotEmpty(f"destination {out_url} holds files robo-ray did not write "
                                   f"({', '.join(sorted(foreign)[:5])}); refusing to overwrite")
@@ -192,12 +208,17 @@ def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str) -> Non
             fs.rm(join(out_root, e), recursive=True)
 
 
+def make_writer(cfg: JobConfig, mapping: Mapping) -> Writer:
+    """The configured target's writer (target.format through the registry, target.options to its model)."""
+    return writer_class(cfg.target.format)(cfg.target.url, mapping, cfg.target.storage_options, cfg.target.options)
+
+
 def resolve_mapping(cfg: JobConfig, inv: Inventory) -> Mapping:
     if cfg.mapping_file:
         with open(cfg.mapping_file, encoding="utf-8") as f:
             mapping = load_mapping(f.read(), cfg.mapping_file)
     else:
-        mapping = default_mapping(inv, cfg.images, cfg.target.name)
+        mapping = writer_class(cfg.target.format).default_schema(inv, cfg.images, cfg.target.name)
         mapping.version = cfg.target.version
     mapping.check_against(inv.features)
     return mapping
@@ -246,67 +267,42 @@ def _read_json(fs, path: str) -> Any:
         return None
 
 
-def committed_shards(fs, dataset_dir: str, mapping: Mapping, units: list[Unit], ledger: dict[str, Any] | None,
-                     verify: bool = True) -> list[ShardResult]:
-    """The ledger's shards that are really done: entry matches the plan, file size (and sha256) match.
+def committed_units(writer: Writer, units: list[Unit], ledger: dict[str, Any] | None,
+                    verify: bool = True) -> list[UnitResult]:
+    """The ledger's units that are really done: entry matches the plan, every file's size (and sha256) match.
 
     Units quarantined as a whole (worker crashes, repeated failures) are not done: a resume retries them."""
-    done: list[ShardResult] = []
+    done: list[UnitResult] = []
     by_index = {u.index: u for u in units}
     for entry in (ledger or {}).get("shards", []):
         try:
-            res = ShardResult.from_dict(entry)
+            res = UnitResult.from_dict(entry)
         except TypeError:
             continue
         unit = by_index.get(res.shard_index)
-        if unit is None or res.filename != shard_filename(mapping.dataset_name, "train", unit.index,
-                                                          unit.num_shards):
+        if unit is None or res.filename not in ("", *writer.unit_filenames(unit)):
             continue
         if any(q.get("code") in UNIT_FAILURE_CODES for q in res.quarantined):
             continue
         covered = [e for e, _ in res.episodes] + [q["episode_index"] for q in res.quarantined]
         if sorted(covered) != sorted(unit.episode_indices):
             continue
-        path = join(dataset_dir, res.filename)
-        try:
-            if fs.size(path) != res.num_bytes:
-                continue
-        except (FileNotFoundError, OSError):
-            continue
-        if verify and sha256_file(fs, path) != res.sha256:
-            continue
-        done.append(res)
+        if writer.is_committed(res, verify):
+            done.append(res)
     return done
 
 
-def remove_stale_temps(fs, dataset_dir: str) -> int:
-    """Delete `<shard>.tmp-xxxx` files left by a writer that was killed (local filesystems only)."""
-    if not is_local(fs) or not fs.exists(dataset_dir):
-        return 0
-    n = 0
-    for name in os.listdir(dataset_dir):
-        if ".tmp-" in name:
-            try:
-                os.remove(os.path.join(dataset_dir, name))
-                n += 1
-            except FileNotFoundError:
-                pass
-    return n
-
-
-def quarantine_unit(writer: RldsWriter, unit: Unit, code: str, reason: str) -> ShardResult:
-    """Commit an empty shard for a unit that could not be converted, every episode quarantined with `reason`
-    (the shard file must exist: tfds derives shard names from the shard count)."""
+def quarantine_unit(writer: Writer, unit: Unit, code: str, reason: str) -> UnitResult:
+    """Commit a unit none of whose episodes could be converted, every episode quarantined with `reason` (the
+    writer decides what an empty unit leaves: RLDS an empty shard, since tfds derives names from the count)."""
     eps = unit.episode_indices
     span = f"{eps[0]}..{eps[-1]}" if len(eps) > 3 else ", ".join(map(str, eps))
-    sink = writer.open_shard(unit.index, unit.num_shards)
-    for ref in unit.refs:
-        sink.quarantine(QuarantineRecord(ref.episode_index, code, f"{reason} (unit {unit.index}, episodes {span})",
-                                         ref.data_path).to_dict())
-    return sink.commit()
+    return writer.quarantine_unit(unit, [
+        QuarantineRecord(ref.episode_index, code, f"{reason} (unit {unit.index}, episodes {span})",
+                         ref.data_path).to_dict() for ref in unit.refs])
 
 
-def quarantine_lines(res: ShardResult) -> list[str]:
+def quarantine_lines(res: UnitResult) -> list[str]:
     return [QuarantineRecord(**q).line() for q in res.quarantined]
 
 
@@ -341,7 +337,7 @@ class Publisher:
         self.cfg = spec.cfg
         self.mapping = Mapping.model_validate_json(spec.mapping_json)
         self.fs, self.root = url_to_fs(self.cfg.target.url, self.cfg.target.storage_options)
-        self.writer = RldsWriter(self.cfg.target.url, self.mapping, self.cfg.target.storage_options)
+        self.writer = make_writer(self.cfg, self.mapping)
         self.units = {u.index: u for u in spec.units}
         self.total_episodes = sum(len(u.refs) for u in spec.units)
         self.total_steps = sum(r.length for u in spec.units for r in u.refs)
@@ -349,9 +345,9 @@ class Publisher:
             log = RunLog(stderr=io.StringIO(), lines=list(spec.log_lines), errors=list(spec.log_errors))
         self.log = log
         self._reader = reader
-        self.results: dict[int, ShardResult] = {}
+        self.results: dict[int, UnitResult] = {}
         for d in spec.previous:
-            r = ShardResult.from_dict(d)
+            r = UnitResult.from_dict(d)
             self.results[r.shard_index] = r
         self.resumed = set(self.results)
         self.attempts: dict[int, int] = {}
@@ -423,9 +419,9 @@ class Publisher:
         self.flight.failed(unit_index, error)
         self.log.info(f"unit {unit_index}: attempt {self.attempts.get(unit_index, 0)} raised {error}")
 
-    def record(self, row: ShardResult | dict[str, Any]) -> list[str]:
+    def record(self, row: UnitResult | dict[str, Any]) -> list[str]:
         """A unit's shard is committed: journal it. Returns the problem lines echoed (empty when echoing live)."""
-        res = row if isinstance(row, ShardResult) else ShardResult.from_dict(row)
+        res = row if isinstance(row, UnitResult) else UnitResult.from_dict(row)
         self.flight.end(res.shard_index)
         old = self.results.get(res.shard_index)
         if old is not None and old.sha256 == res.sha256 and old.episodes == res.episodes:
@@ -452,7 +448,7 @@ class Publisher:
             return self.log.stderr.getvalue()[echo_start:].splitlines()
         return []
 
-    def fail_unit(self, unit_index: int, code: str, reason: str) -> ShardResult:
+    def fail_unit(self, unit_index: int, code: str, reason: str) -> UnitResult:
         """Quarantine a whole unit (its shard is committed empty) and record it."""
         res = quarantine_unit(self.writer, self.units[unit_index], code, reason)
         self.record(res)
@@ -488,14 +484,15 @@ class Publisher:
         self._last_flush = now
 
     # ---- the end ----------------------------------------------------------------------------------------------
-    def _publish_commit_marker(self, outcome: RunOutcome, results: list[ShardResult]) -> None:
+    def _publish_commit_marker(self, outcome: RunOutcome, results: list[UnitResult]) -> None:
         """Create commit.json only if it does not exist yet (S3 If-None-Match, GCS ifGenerationMatch=0, local
         hard link): of two runs that raced on one destination, only the first to get here publishes."""
         if not outcome.validation_passed:
             return
         marker = {"run_id": self.spec.run_id, "published_at": _now(), "exit_code": outcome.exit_code,
-                  "dataset": f"rlds/{self.mapping.dataset_name}/{self.mapping.version}",
-                  "fingerprint": self.spec.fingerprint, "shards": {r.filename: r.sha256 for r in results}}
+                  "dataset": self.writer.dataset_rel, "format": self.writer.format_name,
+                  "fingerprint": self.spec.fingerprint,
+                  "shards": {name: digest for r in results for name, _, digest in r.all_files()}}
         path = join(self.root, COMMIT_MARKER)
         try:
             create_exclusive(self.fs, path, json.dumps(marker, indent=2, sort_keys=True).encode())
@@ -517,13 +514,12 @@ class Publisher:
         echo_start = self.log.stderr.tell() if isinstance(self.log.stderr, io.StringIO) else None
         for u in self.pending():  # an executor that lost a unit: never silently
             self.fail_unit(u.index, UNIT_FAILED, "the executor returned no result for this unit")
-        removed = remove_stale_temps(self.fs, self.writer.dataset_dir)
+        removed = self.writer.remove_stale_temps()
         if removed:
             self.log.info(f"removed {removed} partial shard file(s) left by killed workers")
         results = sorted(self.results.values(), key=lambda r: r.shard_index)
         inv = self.spec.inv
-        self.writer.finalize(results, f"{inv.dataset_name} ({inv.source_format} {inv.source_version}) "
-                                      "converted by robo-ray")
+        self.writer.finalize(results, inv)
         ledger = self.ledger(complete=True)
         self.flush_ledger(force=True, complete=True)
         quarantined = [q for r in results for q in r.quarantined]
@@ -531,9 +527,8 @@ class Publisher:
         if retried:
             self.log.info(f"units retried: {retried}")
         convert_seconds = self.spec.elapsed_before + time.monotonic() - self._t0
-        outcome = validate_and_publish(self.cfg, self.fs, self.root, self.mapping, inv, self.reader(), ledger,
-                                       self.log, self.spec.executor_name, convert_seconds, quarantined,
-                                       self.spec.archive)
+        outcome = validate_and_publish(self.cfg, self.writer, inv, self.reader(), ledger, self.log,
+                                       self.spec.executor_name, convert_seconds, quarantined, self.spec.archive)
         self._publish_commit_marker(outcome, results)
         echo = self.log.stderr.getvalue()[echo_start:].splitlines() if echo_start is not None else []
         return outcome, echo
@@ -577,9 +572,10 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
         inv.refs = inv.refs[:cfg.max_episodes]
         inv.episodes_count, inv.total_steps = len(inv.refs), sum(r.length for r in inv.refs)
     mapping = resolve_mapping(cfg, inv)
-    units = plan_units(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
+    writer = make_writer(cfg, mapping)
+    units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
     fingerprint = plan_fingerprint(mapping, units)
-    previous: list[ShardResult] = []
+    previous: list[UnitResult] = []
     if resume:
         old = (previous_ledger or {}).get("fingerprint")
         if old is not None and old != fingerprint:
@@ -590,12 +586,13 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
             prepare_destination(out_fs, out_root, True, cfg.target.url)
             resume = False
         else:
-            dataset_dir = join(out_root, "rlds", mapping.dataset_name, mapping.version)
-            remove_stale_temps(out_fs, dataset_dir)
-            previous = committed_shards(out_fs, dataset_dir, mapping, units, previous_ledger, verify_resume)
-            info_path = join(dataset_dir, "dataset_info.json")
-            if len(previous) < len(units) and out_fs.exists(info_path):
-                out_fs.rm(info_path)  # un-commit: shards are about to change until the new commit
+            writer.remove_stale_temps()
+            previous = committed_units(writer, units, previous_ledger, verify_resume)
+            if len(previous) < len(units):  # un-commit: units are about to change until the new commit
+                for name in writer.commit_files():
+                    path = join(writer.dataset_dir, name)
+                    if out_fs.exists(path):
+                        out_fs.rm(path)
             marker_path = join(out_root, COMMIT_MARKER)
             if out_fs.exists(marker_path):
                 out_fs.rm(marker_path)  # this run publishes again
@@ -616,7 +613,7 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
                              source_storage_options=cfg.source.storage_options,
                              target_storage_options=cfg.target.storage_options)
     job = JobSpec(cfg.source.url, cfg.source.format, mapping.model_dump_json(), cfg.target.url, options,
-                  Limits.from_config(cfg.convert))
+                  Limits.from_config(cfg.convert), cfg.target.format, dict(cfg.target.options))
     spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint,
                        previous=[r.to_dict() for r in previous], executor_name=executor.name, archive=archive,
                        elapsed_before=time.monotonic() - t0)
@@ -657,25 +654,26 @@ def _check_resume(fs, out_root: str, cfg: JobConfig, cfg_dump: dict[str, Any],
     return True, _read_json(fs, join(out_root, "ledger.json"))
 
 
-def validate_and_publish(cfg: JobConfig, fs, out_root: str, mapping: Mapping, inv: Inventory, reader: Reader | None,
+def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader: Reader | None,
                          ledger: dict[str, Any], log: RunLog, mode: str, convert_seconds: float,
                          quarantined: list[dict[str, Any]], archive: bool = False) -> RunOutcome:
+    """Validate the committed output (the writer's verify + the neutral checks), then publish the reports."""
     t1 = time.monotonic()
-    v = Validator(fs, out_root, mapping, inv, reader, ledger, cfg.validate_.sample_episodes,
-                  cfg.validate_.min_psnr_db, cfg.validate_.tfds_readback,
-                  allow_nonfinite=cfg.convert.nan_policy == "allow")
+    fs, out_root, mapping = writer.fs, writer.out_root, writer.mapping
+    v = Validator(writer, inv, reader, ledger, cfg.validate_.sample_episodes, cfg.validate_.min_psnr_db,
+                  cfg.validate_.tfds_readback, allow_nonfinite=cfg.convert.nan_policy == "allow")
     res = v.run()
     write_validation_outputs(fs, out_root, res, mapping.dataset_name, time.monotonic() - t1)
     for p in res.problems:
         log.problem(f"validation: {p}")
-    checksums = dataset_checksums(fs, v.dataset_dir, known=res.shard_sha256)
-    sizes = {n: fs.size(join(v.dataset_dir, n)) for n in checksums}
+    checksums = dataset_checksums(writer, known=res.shard_sha256)
+    sizes = {n: fs.size(join(writer.dataset_dir, n)) for n in checksums}
     write_text_atomic(fs, join(out_root, "final_report.md"),
-                      final_report(mapping, inv, res, checksums, sizes, convert_seconds + time.monotonic() - t1,
-                                   mode, quarantined, cfg.target.url))
+                      final_report(writer, inv, res, checksums, sizes, convert_seconds + time.monotonic() - t1,
+                                   mode, quarantined))
     if archive:
         from robo_ray.stages.publish import write_archive
-        write_archive(fs, out_root, v.dataset_dir, mapping.dataset_name)
+        write_archive(writer, checksums)
     n = max(1, len(inv.refs))
     over = len(quarantined) / n > cfg.convert.max_quarantine_fraction
     nan_fail = cfg.convert.nan_policy == "fail" and any(q["code"] == "EP203" for q in quarantined)
@@ -684,10 +682,11 @@ def validate_and_publish(cfg: JobConfig, fs, out_root: str, mapping: Mapping, in
         log.info(f"{len(quarantined)} of {len(inv.refs)} episodes quarantined "
                  f"(threshold {cfg.convert.max_quarantine_fraction:.0%})")
     write_logs(fs, out_root, log.lines, log.errors)
-    msg = (f"{res.episodes_written} episodes / {res.steps_written} steps written to "
-           f"{cfg.target.url}/rlds/{mapping.dataset_name}/{mapping.version}; {len(quarantined)} quarantined; "
-           f"validation {'passed' if res.passed else 'FAILED'}")
-    return RunOutcome(exit_code, cfg.target.url, v.dataset_dir, res.episodes_written, quarantined, res.passed, msg)
+    where = f"{writer.out_url}/{writer.dataset_rel}" if writer.dataset_rel else writer.out_url
+    msg = (f"{res.episodes_written} episodes / {res.steps_written} steps written to {where} ({writer.title}); "
+           f"{len(quarantined)} quarantined; validation {'passed' if res.passed else 'FAILED'}")
+    return RunOutcome(exit_code, writer.out_url, writer.dataset_dir, res.episodes_written, quarantined, res.passed,
+                      msg)
 
 
 def raise_for_outcome(outcome: RunOutcome) -> None:

@@ -7,10 +7,10 @@ import tarfile
 from datetime import datetime, timezone
 from typing import Any
 
-from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory
 from robo_ray.stages.validate import ValidationResult
 from robo_ray.storage import join, sha256_file, write_bytes_atomic, write_text_atomic
+from robo_ray.writers import Writer
 
 
 def _human(n: float) -> str:
@@ -27,28 +27,27 @@ def _duration(s: float) -> str:
     return f"{h}h {m}m {s}s" if h else f"{m}m {s}s" if m else f"{s}s"
 
 
-def dataset_checksums(fs, dataset_dir: str, known: dict[str, str] | None = None) -> dict[str, str]:
-    """sha256 of every file in the RLDS version folder, by file name; `known` digests (Validate hashes every shard
-    as it reads it, just before) are used instead of reading those files again."""
+def dataset_checksums(writer: Writer, known: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every file of the written dataset, by name relative to its folder; `known` digests (Validate
+    hashes the files it reads, just before) are used instead of reading those files again."""
     known = known or {}
-    names = [posixpath.basename(p) for p in sorted(fs.find(dataset_dir))]
-    return {n: known.get(n) or sha256_file(fs, join(dataset_dir, n)) for n in names if ".tmp-" not in n}
+    return {n: known.get(n) or sha256_file(writer.fs, join(writer.dataset_dir, n)) for n in writer.files()}
 
 
-def final_report(mapping: Mapping, inv: Inventory, res: ValidationResult, checksums: dict[str, str],
-                 sizes: dict[str, int], seconds: float, mode: str, quarantined: list[dict[str, Any]],
-                 out_url: str) -> str:
-    shards = [n for n in checksums if ".tfrecord-" in n]
-    rel = f"rlds/{mapping.dataset_name}/{mapping.version}"
+def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksums: dict[str, str],
+                 sizes: dict[str, int], seconds: float, mode: str, quarantined: list[dict[str, Any]]) -> str:
+    mapping = writer.mapping
+    rel = writer.dataset_rel
+    where = f"{writer.out_url}/{rel}" if rel else writer.out_url
     status = "✅ PASSED" if res.passed else "❌ FAILED"
     lines = [f"# Conversion Report: {mapping.dataset_name}", "", "## Dataset Information",
              f"- **Source**: {inv.dataset_root}", f"- **Source Version**: {inv.source_format} {inv.source_version}",
-             "- **Target**: RLDS/TFDS format (TFRecord)", f"- **Output**: {out_url}/{rel}",
+             f"- **Target**: {writer.title}", f"- **Output**: {where}",
              f"- **Converted at**: {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}", "",
              "## Conversion Statistics", "", "| Metric | Value |", "|--------|-------|",
              f"| Episodes (source) | {inv.episodes_count} |", f"| Episodes (written) | {res.episodes_written} |",
              f"| Episodes (quarantined) | {len(quarantined)} |", f"| Total Steps (written) | {res.steps_written:,} |",
-             f"| Shards | {len(shards)} |", f"| Total Size | {_human(sum(sizes.values()))} |",
+             f"| Files | {len(checksums)} |", f"| Total Size | {_human(sum(sizes.values()))} |",
              f"| Conversion Time | {_duration(seconds)} |", f"| Mode | {mode} |", "",
              "## Validation", "", f"Status: {status}", ""]
     lines += [f"- {'✅' if c.passed else '❌'} {c.name}: {c.detail}" for c in res.checks]
@@ -56,30 +55,25 @@ def final_report(mapping: Mapping, inv: Inventory, res: ValidationResult, checks
         lines += ["", "## Quarantined Episodes", "", "| Episode | Code | File | Reason |", "|---|---|---|---|"]
         lines += [f"| {q['episode_index']} | {q['code']} | {q.get('file') or ''} | {q['reason']} |"
                   for q in quarantined]
-    lines += ["", "## Output Structure", "```", f"{rel}/"]
+    lines += ["", "## Output Structure", "```", f"{rel or '.'}/"]
     lines += [f"├── {n}" for n in checksums]
-    lines += ["```", "", "## Usage", "```python", "import tensorflow_datasets as tfds", "",
-              f"builder = tfds.builder_from_directory('{out_url}/{rel}')",
-              "dataset = builder.as_dataset(split='train')", "for episode in dataset.take(1):",
-              "    print(episode['episode_metadata']['episode_id'])",
-              "    for step in episode['steps'].take(1):",
-              "        print({k: v.shape for k, v in step['observation'].items()})", "```", "",
-              f"Octo / OpenVLA style: `tfds.builder('{mapping.dataset_name}', data_dir='{out_url}/rlds')`.", "",
-              "## Checksums", "", "| File | SHA256 |", "|------|--------|"]
+    lines += ["```", "", "## Usage", *writer.usage(), "", "## Checksums", "", "| File | SHA256 |", "|------|--------|"]
     lines += [f"| {n} | {h} |" for n, h in checksums.items()]
     return "\n".join(lines) + "\n"
 
 
-def write_archive(fs, out_root: str, dataset_dir: str, name: str) -> str:
-    """A .tar.gz of the RLDS version folder, beside the output."""
+def write_archive(writer: Writer, checksums: dict[str, str]) -> str:
+    """A .tar.gz of the written dataset, beside the output (member names start at the dataset's top folder)."""
     buf = io.BytesIO()
+    fs = writer.fs
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for p in sorted(fs.find(dataset_dir)):
-            data = fs.cat_file(p)
-            info = tarfile.TarInfo(posixpath.relpath(p, posixpath.dirname(posixpath.dirname(dataset_dir))))
+        for name in checksums:
+            data = fs.cat_file(join(writer.dataset_dir, name))
+            member = posixpath.join(*writer.dataset_rel.split("/")[1:], name) if writer.dataset_rel else name
+            info = tarfile.TarInfo(member)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    path = join(out_root, f"{name}.tar.gz")
+    path = join(writer.out_root, f"{writer.mapping.dataset_name}.tar.gz")
     write_bytes_atomic(fs, path, buf.getvalue())
     return path
 

@@ -1,17 +1,45 @@
-"""Target writers: REGISTRY maps a target format name to a dotted class path."""
+"""Target writers: REGISTRY maps a target format name to a dotted class path and an install hint.
+
+`--to NAME` and `target.format` in the config both resolve here; nothing else names a target format."""
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 from robo_ray.errors import UsageError
+from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
 
-REGISTRY: dict[str, str] = {
-    "rlds": "robo_ray.formats.rlds.writer:RldsWriter",
+
+@dataclass(frozen=True)
+class WriterEntry:
+    path: str  # "module:Class"
+    install_hint: str = ""  # what to pip install when the module's dependencies are missing
+
+
+REGISTRY: dict[str, WriterEntry] = {
+    "rlds": WriterEntry("robo_ray.formats.rlds.writer:RldsWriter"),
+    "ortf": WriterEntry("robo_ray.formats.ortf.writer:OrtfWriter"),
 }
+DEFAULT_TARGET = "rlds"
 
 
-def writer_class(fmt: str) -> type:
-    if fmt not in REGISTRY:
-        raise UsageError(f"unknown target format {fmt!r}; known: {', '.join(sorted(REGISTRY))}")
-    module, _, name = REGISTRY[fmt].partition(":")
-    return getattr(importlib.import_module(module), name)
+def writer_names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def writer_class(name: str) -> type[Writer]:
+    """The Writer class registered as `name` (UsageError naming the known ones, or the install hint)."""
+    entry = REGISTRY.get(name)
+    if entry is None:
+        raise UsageError(f"unknown target format {name!r}; known: {', '.join(writer_names())}")
+    module, _, cls = entry.path.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        hint = f" ({entry.install_hint})" if entry.install_hint else ""
+        raise UsageError(f"target format {name!r} needs a package that is not installed: {exc.name}{hint}") from exc
+    return getattr(mod, cls)
+
+
+__all__ = ["REGISTRY", "DEFAULT_TARGET", "UnitResult", "UnitSink", "VerifyContext", "Writer", "WriterOptions",
+           "writer_class", "writer_names"]

@@ -59,7 +59,7 @@ def test_stages_one_by_one(shared: Path, tmp_path: Path) -> None:
     assert sorted(sums) == files and len(files) >= 3
     for name, digest in sums.items():
         assert hashlib.sha256((vdir / name).read_bytes()).hexdigest() == digest
-    for needle in ("**Source**", "**Source Version**: lerobot v3.0", "| Shards |", "| Total Size |",
+    for needle in ("**Source**", "**Source Version**: lerobot v3.0", "| Files |", "| Total Size |",
                    "| Conversion Time |", "| Mode |", "tfds.builder_from_directory"):
         assert needle in report
     with tarfile.open(c / "lerobot_v30_av1_2cam.tar.gz") as tar:

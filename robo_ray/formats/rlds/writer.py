@@ -16,39 +16,24 @@ import hashlib
 import json
 import os
 import uuid
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec
+from robo_ray.images import ImageEncoder
 from robo_ray.mapping import Mapping
-from robo_ray.storage import (discard_upload, is_local, join, open_upload, storage_error, url_of, url_to_fs,
-                              write_text_atomic)
+from robo_ray.readers.base import Inventory
+from robo_ray.spool import BytesSpool, spool_for
+from robo_ray.stages.plan import Unit, plan_units
+from robo_ray.storage import discard_upload, is_local, join, open_upload, storage_error, url_of, write_text_atomic
 from robo_ray.formats.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
 from robo_ray.formats.rlds.schema import dataset_info_json, features_json, shard_filename
-from robo_ray.spool import BytesSpool, spool_for
 from robo_ray.formats.rlds.tfrecord import framed_chunks
+from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer
 
 
-@dataclass
-class ShardResult:
-    """The ~1 KB row a unit returns: what went into its shard and what was quarantined."""
-
-    shard_index: int
-    filename: str
-    episodes: list[tuple[int, int]] = field(default_factory=list)  # (episode_index, steps)
-    quarantined: list[dict[str, Any]] = field(default_factory=list)
-    num_bytes: int = 0
-    sha256: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ShardResult":
-        d = dict(d)
-        d["episodes"] = [tuple(e) for e in d.get("episodes", [])]
-        return cls(**d)
+ShardResult = UnitResult  # one unit = one shard
 
 
 def episode_features(steps: dict[str, FeatureValue], metadata: dict[str, Any]) -> dict[str, FeatureValue]:
@@ -66,13 +51,13 @@ def episode_features(steps: dict[str, FeatureValue], metadata: dict[str, Any]) -
     return flat
 
 
-class ShardSink:
+class ShardSink(UnitSink):
     """Accumulates one shard (see the module docstring for where the bytes go); `commit` publishes it under its
     final name, `abort` throws it away."""
 
     def __init__(self, writer: "RldsWriter", index: int, num_shards: int) -> None:
         self.writer = writer
-        self.result = ShardResult(index, shard_filename(writer.mapping.dataset_name, "train", index, num_shards))
+        self.result = UnitResult(index, shard_filename(writer.mapping.dataset_name, "train", index, num_shards))
         self._hash = hashlib.sha256()
         self.final_path = join(writer.dataset_dir, self.result.filename)
         self._local = is_local(writer.fs)
@@ -94,7 +79,20 @@ class ShardSink:
         """A BytesList that spills to an anonymous scratch file in the destination (local) or the temp dir."""
         return spool_for(self.writer.fs, self.writer.dataset_dir)
 
-    def add(self, episode_index: int, steps: dict[str, FeatureValue], metadata: dict[str, Any], n_steps: int) -> None:
+    def add(self, episode: CanonicalEpisode) -> None:
+        """Encode the episode's frames into spools, then frame and write its record (nothing is written before
+        every camera is complete, so a camera that fails leaves the shard untouched)."""
+        steps: dict[str, FeatureValue] = {}
+        try:
+            self.writer.episode_steps(episode, steps, self.spool)
+            self.add_steps(episode.episode_index, steps, episode.metadata, episode.length)
+        finally:
+            for v in steps.values():
+                if isinstance(v, BytesSpool):
+                    v.close()
+
+    def add_steps(self, episode_index: int, steps: dict[str, FeatureValue], metadata: dict[str, Any],
+                  n_steps: int) -> None:
         """Frame and write one episode; spooled features are streamed, so memory does not grow with its length."""
         segments = example_segments(episode_features(steps, metadata))
         for chunk in framed_chunks(segments_size(segments), coalesced_chunks(segments)):
@@ -118,7 +116,7 @@ class ShardSink:
     def quarantine(self, record: dict[str, Any]) -> None:
         self.result.quarantined.append(record)
 
-    def commit(self) -> ShardResult:
+    def commit(self) -> UnitResult:
         self.result.sha256 = self._hash.hexdigest()
         if self._local:
             self._f.flush()
@@ -157,27 +155,89 @@ class ShardSink:
             discard_upload(self._upload)
 
 
-class RldsWriter:
-    """Writes `<out>/rlds/<name>/<version>/`."""
+class RldsWriter(Writer):
+    """Writes `<out>/rlds/<name>/<version>/`: one TFRecord shard per unit, one tf.train.Example per episode."""
 
     format_name = "rlds"
+    title = "RLDS (TFDS TFRecord)"
+    paired_reader = "rlds"
+    image_encoding = "jpeg"
+    OUTPUTS = ("rlds",)
 
-    def __init__(self, out_url: str, mapping: Mapping, storage_options: dict[str, Any] | None = None) -> None:
-        self.out_url = out_url
-        self.mapping = mapping
-        self.fs, self.out_root = url_to_fs(out_url, storage_options)
-        self.dataset_dir = join(self.out_root, "rlds", mapping.dataset_name, mapping.version)
+    def __init__(self, out_url: str, mapping: Mapping, storage_options: dict[str, Any] | None = None,
+                 options: dict[str, Any] | None = None) -> None:
+        super().__init__(out_url, mapping, storage_options, options)
+        img = mapping.images
+        self.encoders = {
+            fm.target: ImageEncoder(fmt=mapping.encoding_of(fm), quality=img.jpeg_quality,
+                                    resize=tuple(img.resize) if img.resize else None)  # type: ignore[arg-type]
+            for fm in mapping.image_maps()}
+
+    @property
+    def dataset_rel(self) -> str:
+        return f"rlds/{self.mapping.dataset_name}/{self.mapping.version}"
+
+    def commit_files(self) -> list[str]:
+        return ["dataset_info.json"]
+
+    def plan(self, refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_unit_mb: float,
+             min_units: int) -> list[Unit]:
+        return plan_units(refs, features, target_unit_mb, min_units)
+
+    def unit_filenames(self, unit: Unit) -> list[str]:
+        return [shard_filename(self.mapping.dataset_name, "train", unit.index, unit.num_shards)]
+
+    def open_unit(self, unit: Unit) -> ShardSink:
+        return ShardSink(self, unit.index, unit.num_shards)
 
     def open_shard(self, index: int, num_shards: int) -> ShardSink:
         return ShardSink(self, index, num_shards)
 
-    def finalize(self, results: list[ShardResult], description: str) -> dict[str, Any]:
+    def episode_steps(self, ep: CanonicalEpisode, steps: dict[str, FeatureValue],
+                      new_spool: Callable[[], BytesSpool]) -> None:
+        """The episode as RLDS step features (flat `/` keys); camera frames are encoded into spools."""
+        for fm in self.mapping.steps:
+            if fm.kind == "tensor":
+                steps[fm.target] = ep.tensors[fm.target]
+            elif fm.kind == "text":
+                steps[fm.target] = [t.encode("utf-8") for t in ep.texts[fm.target]]
+        for fm in self.mapping.image_maps():
+            frames = ep.cameras[fm.target]
+            enc = self.encoders[fm.target]
+            out = new_spool()
+            steps[fm.target] = out
+            for item in frames:
+                out.append(enc.encode_item(item, frames.channels))
+        steps["reward"] = ep.reward
+        steps["discount"] = ep.discount
+        steps["is_first"] = ep.is_first
+        steps["is_last"] = ep.is_last
+        steps["is_terminal"] = ep.is_terminal
+        steps["language_instruction"] = [t.encode("utf-8") for t in ep.language]
+
+    def finalize(self, results: list[UnitResult], inv: Inventory) -> dict[str, Any]:
         """Write features.json then dataset_info.json (shard lengths exact, in shard order)."""
         results = sorted(results, key=lambda r: r.shard_index)
         lengths = [len(r.episodes) for r in results]
+        description = f"{inv.dataset_name} ({inv.source_format} {inv.source_version}) converted by robo-ray"
         info = dataset_info_json(self.mapping, lengths, sum(r.num_bytes for r in results), description)
         write_text_atomic(self.fs, join(self.dataset_dir, "features.json"),
                           json.dumps(features_json(self.mapping), indent=2, sort_keys=True))
         write_text_atomic(self.fs, join(self.dataset_dir, "dataset_info.json"),
                           json.dumps(info, indent=2, sort_keys=True))
         return info
+
+    def verify(self, ctx: VerifyContext, res: Any) -> None:
+        from robo_ray.formats.rlds.verify import RldsVerifier
+
+        RldsVerifier(self, ctx).run(res)
+
+    def usage(self) -> list[str]:
+        rel = self.dataset_rel
+        return ["```python", "import tensorflow_datasets as tfds", "",
+                f"builder = tfds.builder_from_directory('{self.out_url}/{rel}')",
+                "dataset = builder.as_dataset(split='train')", "for episode in dataset.take(1):",
+                "    print(episode['episode_metadata']['episode_id'])",
+                "    for step in episode['steps'].take(1):",
+                "        print({k: v.shape for k, v in step['observation'].items()})", "```", "",
+                f"Octo / OpenVLA style: `tfds.builder('{self.mapping.dataset_name}', data_dir='{self.out_url}/rlds')`."]

@@ -1,0 +1,234 @@
+"""The Writer contract: what every target format implements (after Ray Data's Datasink and TFDS's file adapters).
+
+The stages and the executors talk only to this contract; they never name a format.
+
+    writer = writer_for(name)(out_url, mapping, storage_options, options)
+    units = writer.plan(refs, features, plan_cfg)         # driver: how episodes group into files is the target's
+    sink = writer.open_unit(unit)                          # worker: one unit -> its own files, atomic
+    sink.add(episode) / sink.quarantine(record)            #   canonical episodes with lazily decoded frames
+    result = sink.commit()  (or sink.abort())              #   a ~1 KB UnitResult row goes to the Publisher
+    writer.finalize(results, inv)                          # Publisher: metadata last = the commit
+    writer.verify(ctx)                                     # the format-specific half of Validate
+
+A unit's files are named by the plan only (never by a run id or the cluster size), so any executor and any actor
+count write the same bytes, and a retried unit rewrites the same names.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from robo_ray.storage import is_local, join, sha256_file, url_to_fs
+
+if TYPE_CHECKING:
+    from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec
+    from robo_ray.mapping import ImageOptions, Mapping
+    from robo_ray.readers.base import Inventory, Reader
+    from robo_ray.stages.plan import Unit
+    from robo_ray.stages.validate import ValidationResult
+
+
+@dataclass
+class UnitResult:
+    """What one committed unit holds: its episodes, its quarantined episodes and its files (the ledger's entry).
+
+    `filename` / `num_bytes` / `sha256` describe the unit's main file (an RLDS shard, a data parquet); `files` lists
+    every further file (name relative to the writer's dataset folder, bytes, sha256); `extra` carries small
+    per-unit facts the writer's `finalize` needs (per-episode rows, task strings)."""
+
+    shard_index: int
+    filename: str
+    episodes: list[tuple[int, int]] = field(default_factory=list)  # (episode_index, steps)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
+    num_bytes: int = 0
+    sha256: str = ""
+    files: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unit_index(self) -> int:
+        return self.shard_index
+
+    def all_files(self) -> list[tuple[str, int, str]]:
+        """(name, bytes, sha256) of every file of the unit, main file first."""
+        main = [(self.filename, self.num_bytes, self.sha256)] if self.filename else []
+        return main + [(f["name"], int(f["num_bytes"]), f["sha256"]) for f in self.files]
+
+    def total_bytes(self) -> int:
+        return sum(n for _, n, _ in self.all_files())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "UnitResult":
+        d = dict(d)
+        d["episodes"] = [tuple(e) for e in d.get("episodes", [])]
+        return cls(**d)
+
+
+class UnitSink(ABC):
+    """One unit being written. `add` takes a whole episode or nothing: if it raises, the unit is as if the episode
+    had never been offered (the caller quarantines it). `commit` makes every file of the unit visible under its
+    final name; `abort` (or a crash) leaves nothing under a final name."""
+
+    @abstractmethod
+    def add(self, episode: "CanonicalEpisode") -> None: ...
+
+    @abstractmethod
+    def quarantine(self, record: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def commit(self) -> UnitResult: ...
+
+    @abstractmethod
+    def abort(self) -> None: ...
+
+
+@dataclass
+class VerifyContext:
+    """What a writer's `verify` may use: the run's ledger, the source (for the sampled comparison), and the
+    validate options."""
+
+    ledger: dict[str, Any]
+    inv: "Inventory | None" = None
+    reader: "Reader | None" = None
+    sample_ids: set[int] = field(default_factory=set)
+    min_psnr_db: float = 30.0
+    loader_readback: bool = True
+    allow_nonfinite: bool = False
+
+    def results(self) -> list[UnitResult]:
+        return [UnitResult.from_dict(s) for s in self.ledger.get("shards", [])]
+
+
+class WriterOptions(BaseModel):
+    """A writer's own settings (`target.options` in the config); each writer subclasses this."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Writer(ABC):
+    """A target format. Subclasses set the class attributes and implement the abstract methods."""
+
+    format_name: ClassVar[str]
+    title: ClassVar[str]  # e.g. "RLDS (TFDS TFRecord)", for reports
+    paired_reader: ClassVar[str | None] = None  # the reader format that reads this output back (round trips)
+    image_encoding: ClassVar[str] = "jpeg"  # the default `images.encoding` of the mapping for this target
+    Options: ClassVar[type[WriterOptions]] = WriterOptions
+    OUTPUTS: ClassVar[tuple[str, ...]] = ()  # top-level entries of the output root this target writes
+
+    def __init__(self, out_url: str, mapping: "Mapping", storage_options: dict[str, Any] | None = None,
+                 options: dict[str, Any] | None = None) -> None:
+        self.out_url = out_url
+        self.mapping = mapping
+        self.storage_options = storage_options or {}
+        self.options = self.Options.model_validate(options or {})
+        self.fs, self.out_root = url_to_fs(out_url, storage_options)
+
+    # ---- where things go ---------------------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def dataset_rel(self) -> str:
+        """The dataset's folder relative to the output root (e.g. rlds/<name>/<version>, or "" for the root)."""
+
+    @property
+    def dataset_dir(self) -> str:
+        return join(self.out_root, self.dataset_rel) if self.dataset_rel else self.out_root
+
+    def outputs(self) -> list[str]:
+        """Top-level entries of the output root this writer owns (for --overwrite and path checks)."""
+        return list(self.OUTPUTS)
+
+    def files(self) -> list[str]:
+        """Every file of the written dataset, relative to dataset_dir (checksums, the report, an archive)."""
+        out: list[str] = []
+        for top in self.outputs():
+            base = join(self.out_root, top)
+            if not self.fs.exists(base):
+                continue
+            for p in sorted(self.fs.find(base)):
+                rel = posixpath.relpath(p, self.dataset_dir.rstrip("/") or "/")
+                if ".tmp-" not in rel:
+                    out.append(rel)
+        return out
+
+    @abstractmethod
+    def commit_files(self) -> list[str]:
+        """Files (relative to dataset_dir) whose presence means "the dataset is committed": written last by
+        `finalize`, removed by a resume before units change."""
+
+    # ---- schema and plan -----------------------------------------------------------------------------------------
+    @classmethod
+    def default_schema(cls, inv: "Inventory", images: "ImageOptions", name: str | None = None) -> "Mapping":
+        """The target's default mapping of the inventory's features (names, shapes, encodings)."""
+        from robo_ray.mapping import default_mapping
+
+        return default_mapping(inv, images, name)
+
+    @abstractmethod
+    def plan(self, refs: "list[EpisodeRef]", features: "dict[str, FeatureSpec]", target_unit_mb: float,
+             min_units: int) -> "list[Unit]":
+        """Group episodes into units (deterministic: the inventory and config only)."""
+
+    @abstractmethod
+    def unit_filenames(self, unit: "Unit") -> list[str]:
+        """The main file name(s) a unit writes (relative to dataset_dir), known before it runs."""
+
+    # ---- units -------------------------------------------------------------------------------------------------
+    @abstractmethod
+    def open_unit(self, unit: "Unit") -> UnitSink: ...
+
+    def quarantine_unit(self, unit: "Unit", records: Iterable[dict[str, Any]]) -> UnitResult:
+        """Commit a unit none of whose episodes could be converted (every episode quarantined)."""
+        sink = self.open_unit(unit)
+        for rec in records:
+            sink.quarantine(rec)
+        return sink.commit()
+
+    def is_committed(self, res: UnitResult, verify_sha256: bool = True) -> bool:
+        """Every file of a ledger entry exists with its size (and sha256)."""
+        for name, size, digest in res.all_files():
+            path = join(self.dataset_dir, name)
+            try:
+                if self.fs.size(path) != size:
+                    return False
+            except (FileNotFoundError, OSError):
+                return False
+            if verify_sha256 and sha256_file(self.fs, path) != digest:
+                return False
+        return True
+
+    def remove_stale_temps(self) -> int:
+        """Delete `*.tmp-xxxx` files left by killed workers (local filesystems; object stores have none)."""
+        if not is_local(self.fs) or not os.path.isdir(self.dataset_dir):
+            return 0
+        n = 0
+        for base, _dirs, names in os.walk(self.dataset_dir):
+            for name in names:
+                if ".tmp-" in name:
+                    try:
+                        os.remove(os.path.join(base, name))
+                        n += 1
+                    except FileNotFoundError:
+                        pass
+        return n
+
+    # ---- the end -----------------------------------------------------------------------------------------------
+    @abstractmethod
+    def finalize(self, results: list[UnitResult], inv: "Inventory") -> dict[str, Any]:
+        """Write the dataset's metadata from the unit results (last: the commit). Returns a small summary."""
+
+    @abstractmethod
+    def verify(self, ctx: VerifyContext, res: "ValidationResult") -> None:
+        """The format-specific half of Validate: re-read the written files, add checks to `res` and fill
+        res.episode_steps / steps / shard_sha256 / psnr / statistics (robo_ray.stages.validate does the rest)."""
+
+    def usage(self) -> list[str]:
+        """Markdown lines for final_report.md: how to load the output."""
+        return []
