@@ -1,0 +1,869 @@
+"""RLDS source reader: TFDS-written RLDS datasets (Open X-Embodiment style; FORMATS Part 1 and Part 6), without
+TensorFlow or tfds.
+
+Source forms (`RldsReader(url, name=None, version=None, splits=None, fps=None)`):
+* the version folder `<data_dir>/<name>/<x.y.z>` (dataset_info.json, features.json, shards);
+* the dataset folder `<data_dir>/<name>`: the newest x.y.z folder, or `version=`;
+* a tfds data_dir with `name=` (`"bridge"` or `"bridge:0.1.0"`), as `tfds.builder(name, data_dir=...)` finds it.
+The same keywords may ride on the URL as a query: `<data_dir>?name=bridge:0.1.0&splits=train,val`.
+
+Discover reads dataset_info.json and features.json, then scans each shard's TFRecord framing with seeks (12 bytes
+per record: length + its CRC) and finds each episode's length by walking the Example's protobuf headers to one
+small per-step feature (`steps/is_first`), skipping everything else (images) unread; a record the walk cannot
+read is parsed whole. Each episode is an `EpisodeRef` located by (shard, byte range): `data_path` is the shard,
+`locator` = (offset, length) of the framed record, `split` its split, `source_id` = `<split>[<index in split>]`
+(tfds' own `split[i:i+1]`). `load_episode` reads exactly that range, checks both CRCs, and decodes it; anything
+wrong is an EpisodeError naming the shard and the episode (quarantined, the run goes on).
+
+Features are keyed by their path under `steps` (`observation/image`, `action/world_vector`, kuka's
+`observation/clip_function_input/base_pose_tool_reached`); episode-level features by their full path
+(`episode_metadata/file_path`, bridge's `episode_id`) and land, typed, in `Episode.metadata` under their path
+below `episode_metadata` (`file_path`, `episode_id`); `episode_id` (the episode index) and `file_path` (the shard)
+are added when the source has none of its own. Canonical names are the same paths with identifier segments.
+Images stay encoded exactly as stored.
+"""
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import re
+import struct
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, BinaryIO, Callable, Iterator, Literal
+from urllib.parse import parse_qs
+
+import numpy as np
+
+from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, Role
+from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, EpisodeTooLarge, ImageDecodeError, RoboRayError,
+                             SourceFormatError, SourceNotFound, UnknownFormat, UnsafeInput)
+from robo_ray.formats.rlds.example import decode_example
+from robo_ray.formats.rlds.features import Leaf, Unsupported, parse_features
+from robo_ray.formats.rlds.tfrecord import masked_crc, read_records
+from robo_ray.readers.base import DatasetFiles, Finding, Inventory
+from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, render_path_template
+from robo_ray.storage import is_local, is_transport_error, join, open_input, storage_error, url_of, url_to_fs
+
+INFO, FEATURES, METADATA = "dataset_info.json", "features.json", "metadata.json"
+DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+MAX_SHARDS = 100_000  # per split
+MAX_RECORD_BYTES = 4 << 30  # one episode is one record, held in memory by load_episode (as by tfds)
+MAX_KEY_BYTES = 4096
+SCAN_BLOCK_LOCAL = 512  # discover reads the protobuf headers in blocks of this size...
+SCAN_BLOCK_REMOTE = 64 << 10  # ...or this on object stores (fewer requests)
+SCAN_THREADS = 16  # shards scanned at once on object stores
+FPS_KEYS = ("fps", "control_frequency", "control_frequency_hz", "frequency_hz")
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+_NAME = re.compile(r"^[A-Za-z]\w*$")
+_LANGUAGE = re.compile(r"^(natural_)?language_instruction(_\d+)?$|^instruction$")
+_LENGTH_PREFERENCE = ("is_first", "is_last", "is_terminal", "reward", "discount")
+_STEP_ROLES: dict[str, Role] = {"reward": "reward", "discount": "discount", "is_first": "is_first",
+                                "is_last": "is_last", "is_terminal": "terminal"}
+_QUERY_KEYS = {"name", "version", "splits", "split"}
+MetaType = Literal["int", "float", "text", "bool"]
+BUILTIN: dict[str, MetaType] = {"episode_id": "int", "file_path": "text"}  # what every reader's metadata holds
+_IMAGE_MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF8", "gif"), (b"BM", "bmp"))
+
+
+def parse_source_url(url: str) -> tuple[str, dict[str, str]]:
+    """`<url>?name=..&version=..&splits=a,b` -> (url, {name, version, splits}); a query naming anything else is
+    left on the URL (it is then part of the path, or the store's own)."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, {}
+    params = parse_qs(query, keep_blank_values=True)
+    if not params or set(params) - _QUERY_KEYS or any(len(v) != 1 for v in params.values()):
+        return url, {}
+    out = {k: v[0] for k, v in params.items()}
+    if "split" in out:
+        out["splits"] = out.pop("split")
+    return base, out
+
+
+def _versions_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split("."))
+
+
+def _image_info(head: bytes) -> tuple[str | None, tuple[int, int, int] | None]:
+    """(format, (H, W, C)) from the first bytes of an encoded image (PNG IHDR, JPEG SOF); None when unknown."""
+    fmt = next((f for magic, f in _IMAGE_MAGIC if head.startswith(magic)), None)
+    if fmt == "png" and len(head) >= 26:
+        w, h = struct.unpack(">II", head[16:24])
+        return fmt, (h, w, {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}.get(head[25], 3))
+    if fmt == "jpeg":
+        pos = 2
+        while pos + 9 < len(head):
+            if head[pos] != 0xFF:
+                break
+            marker = head[pos + 1]
+            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+                pos += 2
+                continue
+            seg = struct.unpack(">H", head[pos + 2:pos + 4])[0]
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                h, w = struct.unpack(">HH", head[pos + 5:pos + 9])
+                return fmt, (h, w, head[pos + 9] if pos + 9 < len(head) else 3)
+            pos += 2 + seg
+    return fmt, None
+
+
+# ---- reading protobuf headers through ranged reads ------------------------------------------------------------
+class _Malformed(ValueError):
+    """The record is not a readable tf.train.Example (discover falls back to a full parse, then reports it)."""
+
+
+class _Window:
+    """Reads at absolute offsets of an open file through one cached block: the walk over a record's headers costs
+    a few small reads, and large values (images) are skipped without being read."""
+
+    def __init__(self, f: BinaryIO, size: int, block: int) -> None:
+        self.f, self.size, self.block = f, size, block
+        self.start, self.buf = 0, b""
+
+    def read(self, pos: int, n: int) -> bytes:
+        if pos < self.start or pos + n > self.start + len(self.buf):
+            self.f.seek(pos)
+            self.buf, self.start = self.f.read(min(max(n, self.block), self.size - pos)), pos
+        out = self.buf[pos - self.start:pos - self.start + n]
+        if len(out) != n:
+            raise _Malformed("truncated")
+        return out
+
+    def varint(self, pos: int, end: int) -> tuple[int, int]:
+        data = self.read(pos, min(10, end - pos))
+        result = 0
+        for i, b in enumerate(data):
+            result |= (b & 0x7F) << (7 * i)
+            if not b & 0x80:
+                return result, pos + i + 1
+        raise _Malformed("a varint runs past its message")
+
+
+def _fields(win: _Window, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field, wire type, payload offset, payload length) of each field in [pos, end), payloads unread."""
+    while pos < end:
+        tag, pos = win.varint(pos, end)
+        field, wire = tag >> 3, tag & 7
+        if wire == 2:
+            n, pos = win.varint(pos, end)
+        elif wire == 0:
+            start = pos
+            _, pos = win.varint(pos, end)
+            yield field, wire, start, pos - start
+            continue
+        elif wire in (1, 5):
+            n = 8 if wire == 1 else 4
+        else:
+            raise _Malformed(f"unsupported wire type {wire}")
+        if pos + n > end:
+            raise _Malformed("a field runs past its message")
+        yield field, wire, pos, n
+        pos += n
+
+
+def _entries(win: _Window, start: int, end: int) -> Iterator[tuple[bytes, tuple[int, int] | None]]:
+    """(key, (offset, length) of its Feature) of each entry of a serialized Example, reading headers only."""
+    for f, w, p, n in _fields(win, start, end):
+        if f != 1 or w != 2:
+            continue
+        for f2, w2, p2, n2 in _fields(win, p, p + n):
+            if f2 != 1 or w2 != 2:
+                continue
+            key, value = None, None
+            for f3, w3, p3, n3 in _fields(win, p2, p2 + n2):
+                if f3 == 1 and w3 == 2:
+                    if n3 > MAX_KEY_BYTES:
+                        raise _Malformed(f"a feature key of {n3} bytes")
+                    key = win.read(p3, n3)
+                elif f3 == 2 and w3 == 2:
+                    value = (p3, n3)
+            if key is not None:
+                yield key, value
+
+
+def _count_values(win: _Window, pos: int, n: int) -> int:
+    """How many values one Feature holds: bytes items are counted by their headers (never read), packed floats by
+    size, packed varints by their last bytes (the only payload read: 1 byte per bool/small int)."""
+    count = 0
+    for f, w, p, ln in _fields(win, pos, pos + n):
+        if w != 2 or f not in (1, 2, 3):
+            continue
+        for f2, w2, vp, vn in _fields(win, p, p + ln):
+            if f2 != 1:
+                continue
+            if f == 2 and w2 == 2:
+                if vn % 4:
+                    raise _Malformed("a packed float list is not a multiple of 4 bytes")
+                count += vn // 4
+            elif f == 3 and w2 == 2:
+                count += int(np.count_nonzero(np.frombuffer(win.read(vp, vn), np.uint8) < 0x80))
+            else:
+                count += 1
+    return count
+
+
+def _first_item(win: _Window, pos: int, n: int, limit: int) -> bytes | None:
+    """The first `limit` bytes of the first item of a BytesList Feature."""
+    for f, w, p, ln in _fields(win, pos, pos + n):
+        if f == 1 and w == 2:
+            for f2, w2, vp, vn in _fields(win, p, p + ln):
+                if f2 == 1 and w2 == 2:
+                    return win.read(vp, min(vn, limit))
+    return None
+
+
+# ---- features -> FeatureSpecs ----------------------------------------------------------------------------------
+def _role(leaf: Leaf) -> Role:
+    if not leaf.per_step:
+        return "metadata"
+    p = leaf.path[1:]
+    if leaf.cls == "Image":
+        depth = leaf.dtype == "uint16" or (leaf.shape[-1] == 1 and "depth" in "/".join(p).lower())
+        return "depth" if depth else "camera"
+    if p == ("observation", "state"):
+        return "state"
+    if p[0] == "action":
+        return "action"
+    if len(p) == 1 and p[0] in _STEP_ROLES and leaf.dtype != "string":
+        return _STEP_ROLES[p[0]]
+    if leaf.dtype == "string" and leaf.shape == () and _LANGUAGE.match(p[-1]):
+        return "language"
+    return "observation" if p[0] == "observation" else "other"
+
+
+def _note(leaf: Leaf) -> str | None:
+    notes = []
+    if leaf.dtype == "float64" and leaf.encoding == "none":
+        notes.append("float64 stored as float32 in the TFRecord (tf.Example float lists): float32 precision")
+    if leaf.encoding in ("bytes", "zlib"):
+        notes.append(f"stored {leaf.encoding}-encoded (tfds Tensor encoding), decoded by the reader")
+    if leaf.cls == "Image" and not leaf.encoding:
+        notes.append("features.json declares no encodingFormat: images are passed on as stored")
+    return "; ".join(notes) or None
+
+
+def _unique(names: list[str]) -> list[str]:
+    """Names made unique by suffixing the later repeats (`x`, `x_2`, ...)."""
+    out = list(names)
+    seen: dict[str, int] = {}
+    for i, name in enumerate(out):
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        if n:
+            out[i] = f"{name}_{n + 1}"
+    return out
+
+
+def _ident(part: str) -> str:
+    """One name segment as an identifier (`_index_0` -> `index_0`, `0` -> `f0`, `a-b` -> `a_b`)."""
+    s = re.sub(r"[^0-9A-Za-z_]", "_", part).strip("_") or "f"
+    return s if s[0].isalpha() else f"f{s}"
+
+
+def _step_name(path: tuple[str, ...], flatten: bool) -> str:
+    parts = [q for p in path for q in ([p.replace("/", "_")] if flatten else p.split("/"))]
+    return "/".join(_ident(q) for q in parts)
+
+
+def _meta_type(leaf: Leaf) -> MetaType | None:
+    """How a target stores an episode-level value; None for a non-scalar (kept in Episode.metadata as an array)."""
+    if leaf.shape:
+        return None
+    if leaf.dtype == "string":
+        return "text"
+    return "bool" if leaf.dtype == "bool" else "float" if leaf.dtype.startswith("float") else "int"
+
+
+def build_specs(leaves: list[Leaf]) -> tuple[dict[str, FeatureSpec], dict[str, Leaf], dict[str, str]]:
+    """(FeatureSpecs by key, the leaf of each key, the Episode.metadata name of each episode-level key).
+
+    Keys are unique by construction (they are the Example's keys). Canonical names must not nest inside each other
+    either (`a/b` beside a leaf `a`): a step name whose '/' came from inside one key (kuka's
+    `clip_function_input/...`) is flattened with '_' when it would. Episode-level features are named
+    `episode_metadata/<path below episode_metadata, or their own top-level key>`."""
+    steps = [leaf for leaf in leaves if leaf.per_step]
+    top = [leaf for leaf in leaves if not leaf.per_step]
+    step_keys = ["/".join(leaf.path[1:]) for leaf in steps]
+    names = [_step_name(leaf.path[1:], False) for leaf in steps]
+
+    def parents(n: str) -> set[str]:
+        return {n.rsplit("/", i)[0] for i in range(1, n.count("/") + 1)}
+    every, inner = set(names), {p for n in names for p in parents(n)}
+    names = _unique([_step_name(leaf.path[1:], True) if any("/" in p for p in leaf.path[1:])
+                     and (n in inner or parents(n) & every) else n for leaf, n in zip(steps, names)])
+    top_keys = [leaf.flat_key if leaf.flat_key not in step_keys else f"episode/{leaf.flat_key}" for leaf in top]
+    meta = [_ident(("/".join(leaf.path[1:]) if leaf.path[0] == "episode_metadata" and len(leaf.path) > 1
+                    else leaf.flat_key).replace("/", "_")) for leaf in top]
+    for i, leaf in enumerate(top):  # the built-in keys keep their meaning (BUILTIN_METADATA): int id, text path
+        if meta[i] in BUILTIN and _meta_type(leaf) != BUILTIN[meta[i]]:
+            meta[i] = f"source_{meta[i]}"
+    meta = _unique(meta)
+    specs: dict[str, FeatureSpec] = {}
+    by_key: dict[str, Leaf] = {}
+    meta_names: dict[str, str] = {}
+    for leaf, key, name in [*zip(steps, step_keys, names), *zip(top, top_keys, [f"episode_metadata/{m}"
+                                                                               for m in meta])]:
+        kind = "image" if leaf.cls == "Image" else "string" if leaf.dtype == "string" else "tensor"
+        specs[key] = FeatureSpec(key, kind, leaf.dtype, leaf.shape, declared_shape=leaf.shape,
+                                 codec=(leaf.encoding or None) if kind == "image" else None, role=_role(leaf),
+                                 name=name, scalar=leaf.shape == (), note=_note(leaf))
+        by_key[key] = leaf
+        if not leaf.per_step:
+            meta_names[key] = name[len("episode_metadata/"):]
+    return specs, by_key, meta_names
+
+
+# ---- values ----------------------------------------------------------------------------------------------------
+def _numbers(leaf: Leaf, value: Any, rows: int, where: str) -> np.ndarray:
+    per = int(np.prod(leaf.shape)) if leaf.shape else 1
+    if leaf.encoding in ("bytes", "zlib"):
+        if not isinstance(value, list) or len(value) != rows:
+            raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} holds {_n_values(value)} encoded values for {rows} "
+                              "rows")
+        dtype = np.dtype(leaf.dtype).newbyteorder("<")
+        size = per * dtype.itemsize
+        out = []
+        for item in value:
+            if leaf.encoding == "zlib":
+                d = zlib.decompressobj()
+                try:
+                    item = d.decompress(item, size + 1)
+                except zlib.error as exc:
+                    raise DataCorrupt(f"{where}: feature {leaf.flat_key!r}: bad zlib data ({exc})") from exc
+            if len(item) != size:
+                raise DataCorrupt(f"{where}: feature {leaf.flat_key!r}: an encoded value of {len(item)} bytes, "
+                                  f"shape {list(leaf.shape)} {leaf.dtype} needs {size}")
+            out.append(np.frombuffer(item, dtype))
+        arr = np.stack(out) if out else np.zeros((0, per), dtype)
+        return arr.astype(leaf.dtype).reshape((rows, *leaf.shape))
+    want = "f" if leaf.dtype.startswith("float") else "i"
+    if not isinstance(value, np.ndarray) or (value.size and value.dtype.kind != want):
+        raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} is not stored as "
+                          f"{'a float' if want == 'f' else 'an int64'} list")
+    if value.size != rows * per:
+        raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} holds {value.size} values for {rows} rows of shape "
+                          f"{list(leaf.shape)}")
+    if leaf.dtype == "bool":
+        arr = value != 0
+    elif leaf.dtype == "uint64":
+        arr = value.astype(np.int64).view(np.uint64)
+    else:
+        arr = value.astype(leaf.dtype)
+    return arr.reshape((rows, *leaf.shape))
+
+
+def _n_values(value: Any) -> int:
+    return len(value) if isinstance(value, list) else int(getattr(value, "size", 0))
+
+
+def _strings(leaf: Leaf, value: Any, rows: int, where: str) -> np.ndarray:
+    per = int(np.prod(leaf.shape)) if leaf.shape else 1
+    if not isinstance(value, list) or len(value) != rows * per:
+        raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} holds {_n_values(value)} strings for {rows} rows")
+    out = np.empty(len(value), dtype=object)
+    for i, b in enumerate(value):
+        try:
+            out[i] = b.decode("utf-8")
+        except UnicodeDecodeError:
+            out[i] = bytes(b)  # a binary string tensor: kept as bytes, not mangled
+    return out.reshape((rows, *leaf.shape))
+
+
+def _images(leaf: Leaf, value: Any, rows: int, where: str) -> list[bytes]:
+    if not isinstance(value, list) or len(value) != rows:
+        raise DataCorrupt(f"{where}: image {leaf.flat_key!r} has {_n_values(value)} frames for {rows} steps")
+    for t, b in enumerate(value):
+        if not any(b.startswith(magic) for magic, _ in _IMAGE_MAGIC):
+            raise ImageDecodeError(f"{where}: image {leaf.flat_key!r} step {t} is not an encoded image "
+                                   f"({len(b)} bytes starting {bytes(b[:4])!r})")
+    return [bytes(b) for b in value]
+
+
+def _metadata_value(arr: np.ndarray, leaf: Leaf) -> Any:
+    if leaf.shape:
+        return arr[0]
+    v = arr[0]
+    if leaf.dtype == "string":
+        return v
+    return bool(v) if leaf.dtype == "bool" else float(v) if leaf.dtype.startswith("float") else int(v)
+
+
+class RldsReader(DatasetFiles):
+    """Reads a TFDS-written RLDS dataset (TFRecord shards) from any fsspec URL, without TensorFlow."""
+
+    format_name = "rlds"
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, name: str | None = None,
+                 version: str | None = None, splits: list[str] | str | None = None,
+                 fps: float | None = None) -> None:
+        url, query = parse_source_url(url)
+        name = name or query.get("name")
+        version = version or query.get("version")
+        splits = splits if splits is not None else query.get("splits")
+        if name and ":" in name:
+            name, _, tail = name.partition(":")
+            version = version or tail
+        self.fs, root = url_to_fs(url, storage_options)
+        self._block = SCAN_BLOCK_LOCAL if is_local(self.fs) else SCAN_BLOCK_REMOTE
+        self.root = root
+        if not self._exists(root):
+            raise SourceNotFound(f"source not found: {url}")
+        self.root = self._version_folder(root, name, version)
+        self.url = url if self.root == root else url_of(self.fs, self.root)
+        self.version = posixpath.basename(self.root)
+        self.info = self._read_json(INFO)
+        if not isinstance(self.info, dict):
+            raise SourceFormatError(f"{INFO}: expected a JSON object")
+        self.dataset_name = self.info.get("name")
+        if not isinstance(self.dataset_name, str) or not _NAME.match(self.dataset_name):
+            raise SourceFormatError(f"{INFO}: `name` {self.dataset_name!r:.60} is not a tfds dataset name")
+        self.file_format = self._file_format()
+        self.split_shards = self._split_shards()
+        self.splits = self._select(splits)
+        parsed = parse_features(self._read_json(FEATURES))
+        self._unsupported = [u for u in parsed if isinstance(u, Unsupported)]
+        leaves = [leaf for leaf in parsed if isinstance(leaf, Leaf)]
+        self._probe_findings: list[Finding] = []
+        leaves = self._resolve_images(leaves)
+        self.features, self._leaves, self._meta_names = build_specs(leaves)
+        self._length_leaf = self._pick_length_leaf()
+        self._task_key = next((k for k in ("language_instruction", "observation/natural_language_instruction")
+                               if k in self.features and self.features[k].role == "language"),
+                              next((k for k, f in self.features.items() if f.role == "language"), None))
+        self.fps, self._fps_source = self._fps(fps)
+        self.metadata_types: dict[str, MetaType] = dict(BUILTIN)  # Episode.metadata's keys and how to store them
+        for key, name in self._meta_names.items():
+            if (t := _meta_type(self._leaves[key])) is not None:
+                self.metadata_types[name] = t
+        for key, spec in self.features.items():  # where the values that are not step data go (mapping.md)
+            note = f"episode metadata `{self._meta_names[key]}`" if spec.role == "metadata" else \
+                "the step's language instruction (Episode.step_tasks)" if key == self._task_key else None
+            if note:
+                self.features[key] = replace(spec, note="; ".join(filter(None, (note, spec.note))))
+
+    # ---- file access: the only methods that touch the filesystem ------------------------------------------------
+    def _storage(self, action: str, p: str, fn: Callable[[], Any]) -> Any:
+        """Run one storage call on the full path `p`; a transport failure becomes one StorageError naming the URL."""
+        try:
+            return fn()
+        except (RoboRayError, FileNotFoundError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a transport failure names the URL; anything else is a bug
+            if is_transport_error(exc):
+                raise storage_error(exc, url_of(self.fs, p), action, self.fs) from exc
+            raise
+
+    def path(self, rel: str) -> str:
+        return join(self.root, rel) if rel else self.root
+
+    def _exists(self, p: str) -> bool:
+        """Whether a full path exists; a storage failure is an error, not False."""
+        return bool(self._storage("checking", p, lambda: self.fs.exists(p)))
+
+    def exists(self, rel: str) -> bool:
+        return self._exists(self.path(rel))
+
+    def _listdir(self, rel: str) -> list[str]:
+        p = self.path(rel)
+        return [posixpath.basename(q.rstrip("/")) for q in self._storage("listing", p, lambda: self.fs.ls(p,
+                                                                                                      detail=False))]
+
+    def _file_size(self, rel: str) -> int:
+        p = self.path(rel)
+        return int(self._storage("checking", p, lambda: self.fs.size(p)) or 0)
+
+    def open_binary(self, rel: str, sequential: bool = True):
+        """A seekable file; on object stores read in bounded ranged blocks (`sequential`) or one ranged request per
+        read (what the shard scan uses: nothing read ahead)."""
+        p = self.path(rel)
+        return self._storage("opening", p, lambda: open_input(self.fs, p, sequential=sequential))
+
+    def _read_range(self, rel: str, start: int, length: int) -> bytes:
+        """Exactly the bytes [start, start + length) of a file (one ranged read)."""
+        p = self.path(rel)
+        return self._storage("reading", p, lambda: self.fs.cat_file(p, start=start, end=start + length))
+
+    def _read_bytes(self, rel: str, limit: int = MAX_JSON_BYTES) -> bytes:
+        """A whole metadata file, refused (RR301) when larger than `limit` before anything is read."""
+        if not self.exists(rel):
+            raise SourceFormatError(f"{rel}: file is missing")
+        size = self._file_size(rel)
+        if size > limit:
+            raise UnsafeInput(f"{rel}: {size} bytes exceeds the {limit}-byte metadata limit")
+        return self._read_range(rel, 0, size)
+
+    def _read_json(self, rel: str, limit: int = MAX_JSON_BYTES) -> Any:
+        try:
+            return json.loads(self._read_bytes(rel, limit))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SourceFormatError(f"{rel}: not valid JSON ({exc})".splitlines()[0]) from exc
+
+    def close(self) -> None:
+        """Nothing is held open between calls (each scan and load opens and closes its shard)."""
+
+    # ---- where the dataset is ---------------------------------------------------------------------------------
+    @classmethod
+    def sniff(cls, fs: Any, root: str) -> bool:
+        """A tfds version folder (dataset_info.json + features.json), or a dataset folder holding one."""
+        def is_version(p: str) -> bool:
+            return fs.exists(join(p, INFO)) and fs.exists(join(p, FEATURES))
+        try:
+            if is_version(root):
+                return True
+            return any(_VERSION.match(posixpath.basename(p.rstrip("/"))) and is_version(p)
+                       for p in fs.ls(root, detail=False))
+        except (OSError, ValueError):
+            return False
+
+    def _version_folder(self, root: str, name: str | None, version: str | None) -> str:
+        if version is not None and not _VERSION.match(version):
+            raise ConfigError(f"RLDS version {version!r} is not x.y.z")
+        if name:
+            if not _NAME.match(name):
+                raise ConfigError(f"RLDS dataset name {name!r} is not a tfds name ([A-Za-z]\\w*)")
+            self.root = root = join(root, name)
+            if not self._exists(root):
+                raise SourceNotFound(f"no dataset {name!r} in {url_of(self.fs, posixpath.dirname(root))}")
+        if self.exists(INFO):
+            base = posixpath.basename(root)
+            if version and _VERSION.match(base) and base != version:
+                raise ConfigError(f"{url_of(self.fs, root)} is version {base}, not {version}")
+            return root
+        found = sorted((v for v in self._listdir("") if _VERSION.match(v) and self.exists(join(v, INFO))),
+                       key=_versions_key)
+        if version:
+            if version not in found:
+                raise SourceNotFound(f"{url_of(self.fs, root)}: no version {version} (found: "
+                                     f"{', '.join(found) or 'none'})")
+            return join(root, version)
+        if not found:
+            raise SourceFormatError(f"{url_of(self.fs, root)}: no {INFO} here nor in an x.y.z version folder "
+                                    "(for a tfds data_dir, pass the dataset name: name=... or ?name=...)")
+        return join(root, found[-1])
+
+    def _file_format(self) -> str:
+        fmt = self.info.get("fileFormat") or "tfrecord"
+        alternatives = self.info.get("alternativeFileFormats") or []
+        if fmt == "tfrecord" or (isinstance(alternatives, list) and "tfrecord" in alternatives):
+            return "tfrecord"
+        raise UnknownFormat(f"{INFO}: fileFormat {fmt!r:.40}: only TFRecord shards are supported (not "
+                            "array_record, parquet or riegeli)")
+
+    def _split_shards(self) -> dict[str, list[tuple[str, int]]]:
+        """split -> [(shard path relative to the version folder, declared episodes)], in dataset_info order."""
+        splits = self.info.get("splits")
+        if not isinstance(splits, list) or not splits:
+            raise SourceFormatError(f"{INFO}: `splits` is missing or empty")
+        out: dict[str, list[tuple[str, int]]] = {}
+        total = 0
+        for i, s in enumerate(splits):
+            name = s.get("name") if isinstance(s, dict) else None
+            if not isinstance(name, str) or not re.match(r"^[\w.-]{1,100}$", name) or name in out:
+                raise SourceFormatError(f"{INFO}: splits[{i}].name {name!r:.60} is not a unique split name")
+            lengths = s.get("shardLengths", [])
+            if not isinstance(lengths, list) or len(lengths) > MAX_SHARDS:
+                raise UnsafeInput(f"{INFO}: splits[{i}].shardLengths is not a list of at most {MAX_SHARDS}")
+            counts = []
+            for n in lengths:
+                try:
+                    n = int(n) if isinstance(n, (int, str)) and not isinstance(n, bool) and len(str(n)) < 20 \
+                        else None
+                except ValueError:
+                    n = None
+                counts.append(check_count(f"{INFO}: split {name} shard length", n, MAX_EPISODES))
+            total = check_count(f"{INFO}: total episodes", total + sum(counts), MAX_EPISODES)
+            template = s.get("filepathTemplate") or DEFAULT_TEMPLATE
+            out[name] = [(self._shard_path(template, name, j, len(counts)), n) for j, n in enumerate(counts)]
+        return out
+
+    def _shard_path(self, template: Any, split: str, index: int, num: int) -> str:
+        digits = max(5, len(str(num)))
+        fields = {"DATASET": self.dataset_name, "SPLIT": split, "FILEFORMAT": self.file_format,
+                  "SHARD_INDEX": f"{index:0{digits}d}", "NUM_SHARDS": f"{num:0{digits}d}",
+                  "SHARD_X_OF_Y": f"{index:0{digits}d}-of-{num:0{digits}d}"}
+        try:
+            return render_path_template(template, fields)
+        except UnsafeInput as exc:
+            raise UnsafeInput(f"{INFO}: split {split}: filepathTemplate: {exc}") from exc
+        except ValueError as exc:
+            raise SourceFormatError(f"{INFO}: split {split}: filepathTemplate {template!r:.80} ({exc})") from exc
+
+    def _select(self, splits: list[str] | str | None) -> list[str]:
+        if splits is None:
+            return list(self.split_shards)
+        wanted = [s.strip() for s in splits.split(",")] if isinstance(splits, str) else list(splits)
+        unknown = [s for s in wanted if s not in self.split_shards]
+        if unknown or not wanted:
+            raise ConfigError(f"RLDS split(s) {unknown or wanted} not in {self.dataset_name} (it has "
+                              f"{', '.join(self.split_shards)})")
+        return [s for s in self.split_shards if s in wanted]
+
+    def _fps(self, override: float | None) -> tuple[float, str | None]:
+        if override is not None:
+            if isinstance(override, bool) or not isinstance(override, (int, float)) or not 0 < override <= 10_000:
+                raise ConfigError(f"fps {override!r} is not a positive number")
+            return float(override), "given"
+        if self.exists(METADATA):
+            meta = self._read_json(METADATA)
+            for key in FPS_KEYS:
+                v = meta.get(key) if isinstance(meta, dict) else None
+                if not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < v <= 10_000:
+                    return float(v), f"{METADATA} {key}"
+        return 0.0, None
+
+    # ---- images whose shape or encoding features.json leaves open: read from the first stored image ----------
+    def _resolve_images(self, leaves: list[Leaf]) -> list[Leaf]:
+        open_ = [leaf for leaf in leaves if leaf.cls == "Image" and (-1 in leaf.shape or not leaf.encoding)]
+        if not open_:
+            return leaves
+        heads = self._first_images({leaf.flat_key for leaf in open_})
+        out = []
+        for leaf in leaves:
+            if leaf not in open_:
+                out.append(leaf)
+                continue
+            fmt, hwc = _image_info(heads.get(leaf.flat_key, b""))
+            if -1 in leaf.shape:
+                if hwc is None:
+                    self._unsupported.append(Unsupported(leaf.path, f"image shape {list(leaf.shape)} is open and "
+                                                                    "no stored image tells it"))
+                    continue
+                shape = tuple(d if d != -1 else s for d, s in zip(leaf.shape, hwc))
+                self._probe_findings.append(Finding("warning", "R106", f"{FEATURES}: image {leaf.flat_key!r} "
+                                                    f"declares shape {list(leaf.shape)}: {list(shape)} read from "
+                                                    "the first stored image", list(leaf.shape), list(shape)))
+                leaf = Leaf(leaf.path, leaf.cls, leaf.dtype, shape, leaf.encoding, leaf.doc)
+            if not leaf.encoding and fmt in ("jpeg", "png"):
+                leaf = Leaf(leaf.path, leaf.cls, leaf.dtype, leaf.shape, fmt, leaf.doc)
+            out.append(leaf)
+        return out
+
+    def _first_images(self, keys: set[str]) -> dict[str, bytes]:
+        """The first 64 KiB of the first image of each key, from the first non-empty shard."""
+        for split in self.split_shards:
+            for rel, declared in self.split_shards[split]:
+                if not declared or not self.exists(rel):
+                    continue
+                size = self._file_size(rel)
+                if size < 16:
+                    continue
+                with self.open_binary(rel, sequential=False) as f:
+                    win = _Window(f, size, self._block)
+                    (n,) = struct.unpack("<Q", win.read(0, 8))
+                    heads: dict[str, bytes] = {}
+                    try:
+                        for key, value in _entries(win, 12, min(12 + n, size)):
+                            k = key.decode("utf-8", "replace")
+                            if k in keys and value is not None:
+                                heads[k] = _first_item(win, *value, 64 << 10) or b""
+                    except _Malformed:
+                        pass
+                    return heads
+        return {}
+
+    def _pick_length_leaf(self) -> Leaf | None:
+        steps = [leaf for leaf in self._leaves.values() if leaf.per_step]
+        for name in _LENGTH_PREFERENCE:
+            for leaf in steps:
+                if leaf.path == ("steps", name) and leaf.dtype != "string" and leaf.encoding == "none" \
+                        and leaf.cls != "Image":
+                    return leaf
+        plain = [leaf for leaf in steps if leaf.cls != "Image" and leaf.encoding == "none"]
+        if plain:
+            return min(plain, key=lambda leaf: (leaf.dtype == "string", int(np.prod(leaf.shape or (1,)))))
+        return steps[0] if steps else None
+
+    # ---- discover ---------------------------------------------------------------------------------------------
+    def discover(self) -> Inventory:
+        refs: list[EpisodeRef] = []
+        findings = list(self._probe_findings)
+        jobs = [(split, rel, declared) for split in self.splits for rel, declared in self.split_shards[split]]
+        workers = 1 if is_local(self.fs) else min(SCAN_THREADS, len(jobs))
+        if workers > 1:  # object stores: shards are scanned concurrently (each is a few small ranged reads a record)
+            with ThreadPoolExecutor(workers) as pool:
+                scans = dict(zip(jobs, pool.map(lambda job: self._scan_shard(*job[1:]), jobs)))
+        else:
+            scans = {job: self._scan_shard(*job[1:]) for job in jobs}
+        next_index = 0
+        for split, shards in self.split_shards.items():
+            if split not in self.splits:  # indices stay those of a run over every split (declared counts)
+                next_index += sum(n for _, n in shards)
+                continue
+            in_split = 0
+            for rel, declared in shards:
+                records, problems = scans[(split, rel, declared)]
+                findings += problems
+                for offset, framed, steps in records:
+                    refs.append(EpisodeRef(next_index, steps or 0, rel, source_id=f"{split}[{in_split}]",
+                                           locator=None if framed is None else (offset, framed), split=split))
+                    next_index += 1
+                    in_split += 1
+        check_count("number of episodes", len(refs), MAX_EPISODES)
+        for u in self._unsupported:
+            findings.append(Finding("warning", "R105", f"{FEATURES}: feature {u.flat_key!r} left out: {u.reason}"))
+        if str(self.info.get("version")) != self.version:
+            findings.append(Finding("warning", "R107", f"{INFO} says version {self.info.get('version')!r:.40}, "
+                                    f"its folder is {self.version} (the folder's is used)"))
+        if not self.fps:
+            findings.append(Finding("warning", "R101", "the dataset records no control rate (fps): pass --fps "
+                                    "(needed by targets with timestamps, e.g. LeRobot)"))
+        declared = {"name": self.dataset_name, "version": self.info.get("version"), "file_format": self.file_format,
+                    "splits": {s: sum(n for _, n in sh) for s, sh in self.split_shards.items()},
+                    "selected_splits": self.splits, "fps_source": self._fps_source,
+                    "description": str(self.info.get("description") or "")[:2000]}
+        inv = Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
+                        source_version=self.version, episodes_count=len(refs), total_steps=sum(r.length for r in refs),
+                        features=self.features, refs=refs, fps=self.fps, declared=declared, findings=findings)
+        contract = {"metadata_types": dict(self.metadata_types), "language_source": "task" if self._task_key else ""}
+        for field, value in contract.items():  # Inventory fields of the reader contract under way (readers/base.py)
+            if field in getattr(Inventory, "__dataclass_fields__", {}):
+                setattr(inv, field, value)
+        return inv
+
+    def _scan_shard(self, rel: str, declared: int
+                    ) -> tuple[list[tuple[int, int | None, int | None]], list[Finding]]:
+        """(offset, framed length, steps) of each record, reading only the framing and a few headers, and what was
+        wrong. A record that cannot be read is still listed (its episode is quarantined at load); a missing shard
+        lists its declared episodes with no location."""
+        if not self.exists(rel):
+            return [(0, None, None)] * declared, [Finding(
+                "error", "R103", f"missing shard {rel} ({declared} episodes declared in {INFO}; they will be "
+                "quarantined)", rel, None)]
+        records: list[tuple[int, int | None, int | None]] = []
+        problems: list[Finding] = []
+
+        def bad(pos: int, framed: int, problem: str) -> None:
+            records.append((pos, framed, None))
+            problems.append(Finding("error", "R104", f"{rel}: record {len(records) - 1} at byte {pos}: {problem}; "
+                                    "the episode will be quarantined"))
+        size = self._file_size(rel)
+        with self.open_binary(rel, sequential=False) as f:
+            win = _Window(f, size, self._block)
+            pos = 0
+            while pos < size:
+                if size - pos < 16:
+                    bad(pos, size - pos, "truncated record header")
+                    break
+                head = win.read(pos, 12)
+                (n,) = struct.unpack("<Q", head[:8])
+                if struct.unpack("<I", head[8:])[0] != masked_crc(head[:8]):
+                    bad(pos, size - pos, "record length CRC mismatch (the rest of the shard is unreadable)")
+                    break
+                if n > size - pos - 16:
+                    bad(pos, size - pos, f"a record of {n} bytes runs past the end of the file")
+                    break
+                steps, problem = self._record_steps(win, pos, n)
+                if problem:
+                    bad(pos, n + 16, problem)
+                else:
+                    records.append((pos, n + 16, steps))
+                pos += n + 16
+        if len(records) != declared:
+            problems.append(Finding("error", "R102", f"{rel} holds {len(records)} records, {INFO} declares "
+                                    f"{declared} (tfds refuses to read this split)", declared, len(records)))
+        return records, problems
+
+    def _record_steps(self, win: _Window, pos: int, n: int) -> tuple[int | None, str | None]:
+        """The episode length from one small per-step feature, found by walking headers; else a full parse."""
+        leaf = self._length_leaf
+        if leaf is None:
+            return 0, None
+        want = leaf.flat_key.encode()
+        try:
+            for key, value in _entries(win, pos + 12, pos + 12 + n):
+                if key == want:
+                    count = _count_values(win, *value) if value else 0
+                    per = 1 if leaf.cls == "Image" or leaf.encoding != "none" else int(np.prod(leaf.shape or (1,)))
+                    if count % per:
+                        break
+                    return self._check_length(count // per), None
+        except _Malformed:
+            pass
+        except RoboRayError as exc:  # an absurd length: this episode is quarantined, not the whole dataset
+            return None, str(exc)
+        if n > MAX_RECORD_BYTES:
+            return None, f"a record of {n} bytes is over the {MAX_RECORD_BYTES}-byte limit"
+        try:
+            flat = decode_example(self._verified(win.read(pos, n + 16)))
+            return self._steps_of(flat, "record"), None
+        except (ValueError, IndexError, RoboRayError) as exc:
+            return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+    @staticmethod
+    def _check_length(steps: int) -> int:
+        return check_count("episode length", steps, MAX_EPISODE_LENGTH)
+
+    @staticmethod
+    def _verified(framed: bytes) -> bytes:
+        """The payload of one framed record, both CRCs checked (ValueError otherwise)."""
+        payloads = list(read_records(io.BytesIO(framed)))
+        if len(payloads) != 1:
+            raise ValueError(f"the byte range holds {len(payloads)} records, not 1")
+        return payloads[0]
+
+    def _steps_of(self, flat: dict[str, Any], where: str) -> int:
+        """T from a decoded Example: the length feature, else any per-step feature."""
+        leaf = self._length_leaf
+        cands = [leaf] if leaf is not None and leaf.flat_key in flat else \
+            [lf for lf in self._leaves.values() if lf.per_step and lf.flat_key in flat]
+        if not cands:
+            return 0
+        leaf = cands[0]
+        per = 1 if leaf.cls == "Image" or leaf.encoding != "none" else int(np.prod(leaf.shape or (1,)))
+        count = _n_values(flat[leaf.flat_key])
+        if count % per:
+            raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} holds {count} values, not a multiple of its "
+                              f"shape {list(leaf.shape)}")
+        return self._check_length(count // per)
+
+    # ---- load one episode --------------------------------------------------------------------------------------
+    def _where(self, ref: EpisodeRef) -> str:
+        at = f", record at byte {ref.locator[0]}" if ref.locator else ""
+        return f"{ref.data_path}: episode {ref.episode_index} ({ref.source_id}{at})"
+
+    def load_episode(self, ref: EpisodeRef) -> Episode:
+        where = self._where(ref)
+        if ref.locator is None:
+            raise DataMissing(f"{where}: the shard is missing")
+        offset, length = ref.locator
+        if length - 16 > MAX_RECORD_BYTES:
+            raise EpisodeTooLarge(f"{where}: a record of {length} bytes is over the {MAX_RECORD_BYTES}-byte limit")
+        try:
+            framed = self._read_range(ref.data_path, offset, length)
+        except FileNotFoundError as exc:
+            raise DataMissing(f"{where}: the shard is missing") from exc
+        try:
+            payload = self._verified(framed)
+            flat = decode_example(payload)
+        except (ValueError, IndexError) as exc:  # framing/CRC, or a malformed Example
+            raise DataCorrupt(f"{where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        steps = self._steps_of(flat, where)
+        if steps != ref.length:
+            raise DataCorrupt(f"{where}: holds {steps} steps, discover found {ref.length}")
+        ep = Episode(ref=ref, length=steps)
+        for key, spec in self.features.items():
+            leaf = self._leaves[key]
+            rows = steps if leaf.per_step else 1
+            value = flat.get(leaf.flat_key)
+            if value is None:
+                if rows:
+                    raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} is missing")
+                value = []
+            if spec.kind == "image":
+                ep.images[key] = _images(leaf, value, rows, where)
+                continue
+            arr = _strings(leaf, value, rows, where) if spec.kind == "string" else _numbers(leaf, value, rows, where)
+            if leaf.per_step:
+                ep.columns[key] = arr
+            else:
+                ep.metadata[self._meta_names[key]] = _metadata_value(arr, leaf)
+        tasks = ep.columns.get(self._task_key) if self._task_key else None
+        ep.step_tasks = [t if isinstance(t, str) else t.decode("utf-8", "replace") for t in tasks] \
+            if tasks is not None else [""] * steps
+        ep.timestamps = np.arange(steps, dtype=np.float64) / self.fps if self.fps else None
+        ep.metadata.setdefault("episode_id", ref.episode_index)
+        ep.metadata.setdefault("file_path", ref.data_path)
+        return ep
