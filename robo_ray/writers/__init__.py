@@ -19,6 +19,7 @@ class WriterEntry:
 REGISTRY: dict[str, WriterEntry] = {
     "rlds": WriterEntry("robo_ray.formats.rlds.writer:RldsWriter"),
     "ortf": WriterEntry("robo_ray.formats.ortf.writer:OrtfWriter"),
+    "lerobot": WriterEntry("robo_ray.formats.lerobot.writer:LeRobotWriter"),
 }
 DEFAULT_TARGET = "rlds"
 

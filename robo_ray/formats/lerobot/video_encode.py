@@ -1,0 +1,289 @@
+"""Video for the LeRobot v3.0 writer: each camera of each episode is encoded ONCE with PyAV from the frames the
+convert stage decodes (AV1 with libsvtav1 or H.264 with libx264, yuv420p, GOP `g`, crf), at an exact constant frame
+rate (frame k has pts k in time base 1/fps: it sits at exactly k/fps), into a scratch MP4 of its own; when every
+camera of the episode is encoded, each episode MP4 is appended to the unit's MP4 of that camera by stream copy
+(packets re-stamped by the frames already in the file), so frame k of episode e decodes at
+`from_timestamp(e) + k/fps` exactly. That is what lerobot itself does (encode per episode, concatenate by stream
+copy), and it keeps `add` all-or-nothing: a camera that fails mid-episode never touched the unit's file.
+
+Camera statistics are taken from the frames being encoded, the way lerobot samples them (`sample_indices`:
+100 frames for an episode of up to ~500, len**0.75 above; frames of 300 px or more strided to ~150 px), as one
+256-bin histogram per channel: exact min / max / mean / std / quantiles of the sampled pixels on the 0..1 scale,
+and mergeable across episodes and units by adding histograms.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Iterable
+
+os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints a banner per encoder otherwise
+
+import av  # noqa: E402
+import numpy as np  # noqa: E402
+
+from robo_ray.errors import FrameCountMismatch, VideoDecodeError  # noqa: E402
+from robo_ray.images import decode_image  # noqa: E402
+from robo_ray.watchdog import ACTIVITY  # noqa: E402
+
+# target.options.vcodec -> (PyAV encoder, codec name as info.json's video.codec and a decoder reports it)
+ENCODERS: dict[str, tuple[str, str]] = {
+    "libsvtav1": ("libsvtav1", "av1"), "av1": ("libsvtav1", "av1"),
+    "libx264": ("libx264", "h264"), "h264": ("libx264", "h264"),
+}
+PIX_FMT = "yuv420p"
+# Colorspaces whose matrix is the BT.601 one swscale assumes for "unspecified" (as robo_ray.images decides): a
+# decoded yuv420p frame in one of them is handed to the encoder as it is (no RGB round trip, no loss).
+_BT601_FAMILY = {2, 5, 6}
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    """How every camera is encoded (from target.options)."""
+
+    vcodec: str = "libsvtav1"
+    fps: int = 30
+    g: int = 2
+    crf: int = 30
+    preset: int | str | None = None  # None: lerobot's choice (12 for libsvtav1, the codec's default otherwise)
+    threads: int = 1  # encoder threads; 1 = bytes independent of the machine (the actors are the parallelism)
+
+    @property
+    def encoder(self) -> str:
+        return ENCODERS[self.vcodec][0]
+
+    @property
+    def codec(self) -> str:
+        return ENCODERS[self.vcodec][1]
+
+    @property
+    def effective_preset(self) -> int | str | None:
+        if self.preset is None and self.encoder == "libsvtav1":
+            return 12
+        return self.preset
+
+    def options(self) -> dict[str, str]:
+        """The encoder options (lerobot's `VideoEncoderConfig.get_codec_options`, plus no B-frames for x264)."""
+        opts = {"g": str(self.g), "crf": str(self.crf)}
+        preset = self.effective_preset
+        if preset is not None:
+            opts["preset"] = str(preset)
+        if self.encoder == "libsvtav1":
+            opts["svtav1-params"] = f"fast-decode=0:lp={self.threads}"
+        else:  # B-frames would delay pts behind dts (edit lists); lerobot's 1e-4 s lookup wants pts = k/fps
+            opts["bf"] = "0"
+            opts["threads"] = str(self.threads)
+        return opts
+
+    def info(self, height: int, width: int) -> dict[str, Any]:
+        """features[key]["info"] of an encoded camera (lerobot 0.4 keys, plus 0.6's encoder keys)."""
+        return {"video.height": height, "video.width": width, "video.codec": self.codec, "video.pix_fmt": PIX_FMT,
+                "video.is_depth_map": False, "video.fps": self.fps, "video.channels": 3, "has_audio": False,
+                "video.g": self.g, "video.crf": self.crf, "video.preset": self.effective_preset,
+                "video.fast_decode": 0, "video.video_backend": "pyav", "video.extra_options": {},
+                "is_depth_map": False}
+
+
+# ---- statistics of the encoded frames (lerobot's sampling) ------------------------------------------------------
+def estimate_num_samples(n: int, min_num: int = 100, max_num: int = 10_000, power: float = 0.75) -> int:
+    if n < min_num:
+        min_num = n
+    return max(min_num, min(int(n ** power), max_num))
+
+
+def stats_sample_indices(n: int) -> list[int]:
+    """lerobot's `sample_indices`: the frames of an episode of `n` frames its image statistics look at."""
+    if n <= 0:
+        return []
+    return np.round(np.linspace(0, n - 1, estimate_num_samples(n))).astype(int).tolist()
+
+
+def downsample(arr: np.ndarray, target: int = 150, threshold: int = 300) -> np.ndarray:
+    """lerobot's `auto_downsample_height_width` on an HxWxC frame."""
+    h, w = arr.shape[:2]
+    if max(w, h) < threshold:
+        return arr
+    f = int(w / target) if w > h else int(h / target)
+    return arr[::f, ::f]
+
+
+class ImageHistogram:
+    """Per-channel 256-bin histogram of sampled uint8 frames: exact statistics on the 0..1 scale, mergeable."""
+
+    def __init__(self, channels: int = 3) -> None:
+        self.hist = np.zeros((channels, 256), dtype=np.int64)
+        self.frames = 0
+
+    def add(self, rgb: np.ndarray) -> None:
+        small = downsample(rgb)
+        for c in range(self.hist.shape[0]):
+            self.hist[c] += np.bincount(small[:, :, c].ravel(), minlength=256)
+        self.frames += 1
+
+    def merge(self, hist: np.ndarray, frames: int) -> None:
+        self.hist += np.asarray(hist, dtype=np.int64)
+        self.frames += int(frames)
+
+    def stats(self) -> dict[str, np.ndarray]:
+        """min/max/mean/std/q.. as (C, 1, 1) arrays on the 0..1 scale, count = sampled frames (lerobot's shapes)."""
+        return hist_stats(self.hist, self.frames)
+
+
+def hist_stats(hist: np.ndarray, frames: int) -> dict[str, np.ndarray]:
+    hist = np.asarray(hist, dtype=np.int64)
+    values = np.arange(256, dtype=np.float64) / 255.0
+    c = hist.shape[0]
+    out: dict[str, list[float]] = {k: [] for k in ("min", "max", "mean", "std", *QUANTILES)}
+    for ch in range(c):
+        h = hist[ch]
+        total = int(h.sum())
+        if total == 0:
+            for k in out:
+                out[k].append(0.0)
+            continue
+        nz = np.flatnonzero(h)
+        mean = float((h * values).sum() / total)
+        var = float((h * (values - mean) ** 2).sum() / total)
+        out["min"].append(float(values[nz[0]]))
+        out["max"].append(float(values[nz[-1]]))
+        out["mean"].append(mean)
+        out["std"].append(var ** 0.5)
+        cum = np.cumsum(h)
+        for name, q in QUANTILES.items():
+            out[name].append(_hist_quantile(cum, values, q, total))
+    res = {k: np.asarray(v, dtype=np.float64).reshape(c, 1, 1) for k, v in out.items()}
+    res["count"] = np.asarray([frames], dtype=np.int64)
+    return res
+
+
+def _hist_quantile(cum: np.ndarray, values: np.ndarray, q: float, total: int) -> float:
+    """numpy's default ('linear') quantile of the values the histogram counts."""
+    pos = q * (total - 1)
+    lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+    v_lo = values[int(np.searchsorted(cum, lo, side="right"))]
+    v_hi = values[int(np.searchsorted(cum, hi, side="right"))]
+    return float(v_lo + (v_hi - v_lo) * (pos - lo))
+
+
+# ---- frames in, packets out ---------------------------------------------------------------------------------------
+def _rgb_array(item: Any) -> np.ndarray:
+    """An HxWx3 uint8 array of any frame the convert stage yields (PyAV frame, array, PNG/JPEG bytes)."""
+    if isinstance(item, av.VideoFrame):
+        return item.to_ndarray(format="rgb24")
+    if isinstance(item, np.ndarray):
+        arr = item
+    else:
+        arr = decode_image(bytes(item), 3)
+    if arr.dtype != np.uint8:
+        raise VideoDecodeError(f"camera frame has dtype {arr.dtype}; the LeRobot target encodes 8-bit colour only")
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.shape[2] == 1:
+        arr = np.repeat(arr, 3, axis=2)
+    elif arr.shape[2] == 4:
+        arr = arr[:, :, :3]
+    return np.ascontiguousarray(arr)
+
+
+def _resized(arr: np.ndarray, height: int, width: int) -> np.ndarray:
+    if arr.shape[:2] == (height, width):
+        return arr
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(arr).resize((width, height), Image.Resampling.BILINEAR))
+
+
+def _passthrough_ok(frame: av.VideoFrame) -> bool:
+    return (frame.format.name == PIX_FMT and int(frame.colorspace) in _BT601_FAMILY
+            and int(frame.color_range) != 2)
+
+
+def encode_episode(path: str, frames: Iterable[Any], length: int, height: int, width: int,
+                   settings: VideoSettings, hist: ImageHistogram | None = None) -> int:
+    """Encode one camera of one episode into the MP4 at `path` (frame k at pts k, time base 1/fps); the sampled
+    frames go into `hist`. Returns the frame count; raises FrameCountMismatch when it is not `length`."""
+    sample = set(stats_sample_indices(length))
+    tb = Fraction(1, settings.fps)
+    n = 0
+    with av.open(path, "w", format="mp4") as out:
+        stream = out.add_stream(settings.encoder, rate=settings.fps, options=settings.options())
+        stream.width, stream.height, stream.pix_fmt = width, height, PIX_FMT
+        stream.time_base = tb
+        for item in frames:
+            if n >= length:
+                n += 1
+                continue
+            if isinstance(item, av.VideoFrame):
+                if (item.height, item.width) != (height, width):
+                    item = item.reformat(width=width, height=height, interpolation="AREA")
+                if _passthrough_ok(item):
+                    frame = item
+                    rgb = item.to_ndarray(format="rgb24") if (hist is not None and n in sample) else None
+                else:
+                    rgb = item.to_ndarray(format="rgb24")
+                    frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            else:
+                rgb = _resized(_rgb_array(item), height, width)
+                frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            if hist is not None and n in sample and rgb is not None:
+                hist.add(rgb)
+            frame.pts = n
+            frame.time_base = tb
+            frame.pict_type = av.video.frame.PictureType.NONE  # the GOP is ours (g), not the source's
+            for packet in stream.encode(frame):
+                out.mux(packet)
+            ACTIVITY.beat()
+            n += 1
+        for packet in stream.encode(None):
+            out.mux(packet)
+    if n != length:
+        raise FrameCountMismatch(f"camera yielded {n} frames for an episode of {length} steps")
+    return n
+
+
+class UnitVideo:
+    """One camera's MP4 of a unit: episode MP4s appended by stream copy, pts shifted by the frames before."""
+
+    def __init__(self, path: str, fps: int) -> None:
+        self.path = path
+        self.fps = fps
+        self.frames = 0
+        self._out: Any = None
+        self._stream: Any = None
+
+    def append(self, episode_path: str, length: int) -> tuple[float, float]:
+        """Append an encoded episode; returns its (from_timestamp, to_timestamp) in this file."""
+        start = self.frames
+        with av.open(episode_path, "r") as src:
+            in_stream = src.streams.video[0]
+            if self._out is None:
+                self._out = av.open(self.path, "w", format="mp4", options={"movflags": "faststart"})
+                self._stream = self._out.add_stream_from_template(in_stream, opaque=True)
+            ticks = Fraction(1, self.fps) / in_stream.time_base
+            if ticks.denominator != 1:
+                raise RuntimeError(f"{episode_path}: time base {in_stream.time_base} is not a multiple of 1/{self.fps}")
+            shift = start * int(ticks)
+            count = 0
+            for packet in src.demux(in_stream):
+                if packet.dts is None:  # the demuxer's end-of-stream marker
+                    continue
+                packet.pts += shift
+                packet.dts += shift
+                packet.stream = self._stream
+                self._out.mux(packet)
+                count += 1
+        if count != length:
+            raise RuntimeError(f"{episode_path}: {count} packets for {length} frames")
+        self.frames += length
+        return start / self.fps, self.frames / self.fps
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+    @property
+    def empty(self) -> bool:
+        return self.frames == 0
