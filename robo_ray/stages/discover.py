@@ -16,7 +16,7 @@ def inventory_dict(inv: Inventory) -> dict[str, Any]:
         "dataset_name": inv.dataset_name,
         "dataset_root": inv.dataset_root,
         "source_format": inv.source_format,
-        "lerobot_version": inv.source_version if inv.source_format == "lerobot" else None,
+        f"{inv.source_format}_version": inv.source_version,  # the spec's `lerobot_version`, for any source
         "source_version": inv.source_version,
         "detected_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "episodes_count": inv.episodes_count,

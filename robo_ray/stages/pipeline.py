@@ -50,8 +50,8 @@ RUN_OUTPUTS = ("inventory.json", "episode_index.csv", "mapping.md", "mapping.yam
 def our_outputs() -> set[str]:
     """Every top-level name robo-ray may write at an output root, for any registered target."""
     names = set(RUN_OUTPUTS)
-    for fmt in WRITERS:
-        names |= set(writer_class(fmt).OUTPUTS)
+    for entry in WRITERS.values():
+        names |= set(entry.outputs)
     return names
 # the commit marker: the run's last write, a conditional create (two runs racing on one destination: one publishes)
 COMMIT_MARKER = "commit.json"
@@ -294,7 +294,7 @@ def committed_units(writer: Writer, units: list[Unit], ledger: dict[str, Any] | 
 
 def quarantine_unit(writer: Writer, unit: Unit, code: str, reason: str) -> UnitResult:
     """Commit a unit none of whose episodes could be converted, every episode quarantined with `reason` (the
-    writer decides what an empty unit leaves: RLDS an empty shard, since tfds derives names from the count)."""
+    writer decides what an empty unit leaves, e.g. an empty shard where the format names files by their count)."""
     eps = unit.episode_indices
     span = f"{eps[0]}..{eps[-1]}" if len(eps) > 3 else ", ".join(map(str, eps))
     return writer.quarantine_unit(unit, [
@@ -573,6 +573,7 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
         inv.episodes_count, inv.total_steps = len(inv.refs), sum(r.length for r in inv.refs)
     mapping = resolve_mapping(cfg, inv)
     writer = make_writer(cfg, mapping)
+    unit_options = writer.unit_options(inv)  # may refuse (exit 2) before anything is converted
     units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
     fingerprint = plan_fingerprint(mapping, units)
     previous: list[UnitResult] = []
@@ -613,7 +614,7 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
                              source_storage_options=cfg.source.storage_options,
                              target_storage_options=cfg.target.storage_options)
     job = JobSpec(cfg.source.url, cfg.source.format, mapping.model_dump_json(), cfg.target.url, options,
-                  Limits.from_config(cfg.convert), cfg.target.format, dict(cfg.target.options))
+                  Limits.from_config(cfg.convert), cfg.target.format, unit_options)
     spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint,
                        previous=[r.to_dict() for r in previous], executor_name=executor.name, archive=archive,
                        elapsed_before=time.monotonic() - t0)

@@ -13,7 +13,7 @@ from robo_ray.storage import join, write_text_atomic
 
 def mapping_yaml(mapping: Mapping) -> str:
     head = ("# robo-ray mapping: edit and pass back with --mapping mapping.yaml\n"
-            "# steps[].target: RLDS key inside a step; remove an entry to drop a feature; images.encoding: jpeg|png\n")
+            "# steps[].target: the canonical key inside a step (the target's writer lays it out); remove an entry to drop a feature; images.encoding: jpeg|png\n")
     data = mapping.model_dump(mode="json", exclude_none=True)
     return head + yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None)
 
@@ -34,7 +34,7 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
     feats = inv.features
     lines = [f"# Feature Mapping: {mapping.dataset_name}", "",
              f"## Source: {inv.source_format} {inv.source_version}", ""]
-    head = [_row("Source Key", "Shape", "Dtype", "→", "RLDS Key", "Shape", "Dtype", "Transform"),
+    head = [_row("Source Key", "Shape", "Dtype", "→", "Target Key", "Shape", "Dtype", "Transform"),
             _row(*["---"] * 8)]
     for title, pick in (("Observation Mapping", lambda t: t.startswith("observation/")),
                         ("Action Mapping", lambda t: t == "action" or t.startswith("action/")),
@@ -55,7 +55,7 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
         f = feats.get(src or "")
         return f" ({f.dtype}->float32)" if f is not None and f.dtype == "float64" else ""
 
-    lines += ["## Default Values", "", _row("RLDS Key", "Value", "Reason"), _row("---", "---", "---"),
+    lines += ["## Default Values", "", _row("Target Key", "Value", "Reason"), _row("---", "---", "---"),
               _row("reward", f"from `{d.reward_source}`{narrowing(d.reward_source)}" if d.reward_source else d.reward,
                    "source feature" if d.reward_source else "Not present in source"),
               _row("discount", f"from `{d.discount_source}`" if d.discount_source else d.discount,
@@ -63,16 +63,16 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
               _row("is_terminal", f"from `{d.is_terminal_source}`" if d.is_terminal_source else d.is_terminal,
                    "source feature" if d.is_terminal_source else "Assume truncation, not termination"),
               _row("is_first", f"from `{d.is_first_source}`" if d.is_first_source else "first step",
-                   "source feature" if d.is_first_source else "RLDS episode boundary"),
+                   "source feature" if d.is_first_source else "episode boundary"),
               _row("is_last", f"from `{d.is_last_source}`" if d.is_last_source else "last step",
-                   "source feature" if d.is_last_source else "RLDS episode boundary"),
+                   "source feature" if d.is_last_source else "episode boundary"),
               _row("language_instruction", "task text of the step (task_index)" if d.language_source == "task"
                    else "empty", "source task text" if d.language_source == "task" else "no task text in the source"),
               ""]
     lines += ["## Images", "", f"- encoding: {mapping.images.encoding.upper()}"
               + (f" (quality {mapping.images.jpeg_quality})" if mapping.images.encoding == "jpeg" else " (lossless)"),
               f"- resize: {mapping.images.resize or 'none'}", ""]
-    lines += ["## Episode Metadata", "", _row("RLDS Key", "Source"), _row("---", "---")]
+    lines += ["## Episode Metadata", "", _row("Target Key", "Source"), _row("---", "---")]
     srcs = {"episode_id": "episode_index", "file_path": "data file of the episode, relative to the source root"}
     lines += [_row(f"episode_metadata/{k}", srcs.get(k, k)) for k in mapping.episode_metadata]
     lines += [_row("(dataset) source format and version", f'"{inv.source_format} {inv.source_version}" '

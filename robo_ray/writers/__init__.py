@@ -13,13 +13,14 @@ from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, W
 @dataclass(frozen=True)
 class WriterEntry:
     path: str  # "module:Class"
+    outputs: tuple[str, ...]  # top-level names it writes at an output root (= the class's OUTPUTS; no import needed)
     install_hint: str = ""  # what to pip install when the module's dependencies are missing
 
 
 REGISTRY: dict[str, WriterEntry] = {
-    "rlds": WriterEntry("robo_ray.formats.rlds.writer:RldsWriter"),
-    "ortf": WriterEntry("robo_ray.formats.ortf.writer:OrtfWriter"),
-    "lerobot": WriterEntry("robo_ray.formats.lerobot.writer:LeRobotWriter"),
+    "rlds": WriterEntry("robo_ray.formats.rlds.writer:RldsWriter", ("rlds",)),
+    "ortf": WriterEntry("robo_ray.formats.ortf.writer:OrtfWriter", ("data", "meta", "videos")),
+    "lerobot": WriterEntry("robo_ray.formats.lerobot.writer:LeRobotWriter", ("data", "meta", "videos")),
 }
 DEFAULT_TARGET = "rlds"
 
