@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from robo_ray.config import load_config
+from robo_ray.errors import ConfigError
 from robo_ray.readers import open_reader
 from robo_ray.stages.pipeline import run_pipeline
 from robo_ray.formats.ortf.writer import write_ortf
-from tests.conftest import load_rlds, psnr, run_cli
+from tests.conftest import decode_all_frames, load_rlds, psnr, run_cli
 from tests.fixtures import ortf_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
@@ -102,7 +103,9 @@ def test_lerobot_sample_round_trip(tmp_path: Path, shared: Path) -> None:
 
 def test_minari_to_ortf(tmp_path: Path, shared: Path) -> None:
     src = shared / "samples" / "minari" / "pointmaze" / "umaze-random-v0"
-    write_ortf(str(src), str(tmp_path / "ortf"))
+    with pytest.raises(ConfigError, match=r"--set target.options.fps="):  # Minari records no rate
+        write_ortf(str(src), str(tmp_path / "refused"))
+    write_ortf(str(src), str(tmp_path / "ortf"), fps=10)
     reader = open_reader(str(tmp_path / "ortf"))
     inv = reader.discover()
     assert not inv.findings and inv.total_steps == 604
@@ -112,6 +115,35 @@ def test_minari_to_ortf(tmp_path: Path, shared: Path) -> None:
         for key in ("action", "reward", "discount", "is_terminal", "is_last", "observation/achieved_goal",
                     "terminated", "truncated", "info/success"):
             np.testing.assert_array_equal(x["steps"][key], y["steps"][key], err_msg=key)
+
+
+@pytest.mark.parametrize("depth", ["mp4", "npz"])
+def test_ortf_to_ortf_keeps_depth_and_pixels_exact(tmp_path: Path, depth: str) -> None:
+    """Native ORTF (16-bit depth as FFV1 MP4 or NPZ, two H.264 cameras) -> ORTF, lossless: the depth is written as
+    FFV1 gray16le and decodes to the very values, the RGB cameras to the very pixels the source decodes to."""
+    src = ortf_gen.write_ortf_native(tmp_path / "src", depth=depth)
+    res = write_ortf(str(src), str(tmp_path / "ortf"), lossless=True, chunk_size=1)
+    assert res.episodes == len(ortf_gen.EPISODES) and sorted(res.cameras) == ["cam_overhead", "cam_wrist", "depth"]
+    manifest = json.loads((tmp_path / "ortf/meta/manifest.json").read_text())
+    sensor = {s["name"]: s for s in manifest["sensors"]}["depth_depth"]
+    assert sensor["encoding"] == "ffv1" and sensor["bit_depth"] == 16
+    a, b = open_reader(str(src)), open_reader(str(tmp_path / "ortf"))
+    inv = b.discover()
+    assert not inv.findings and len(inv.refs) == len(ortf_gen.EPISODES)
+    for ref, sref in zip(inv.refs, a.discover().refs):
+        got, want = b.load_episode(ref), a.load_episode(sref)
+        np.testing.assert_array_equal(got.images["observation.images.depth"].array,
+                                      want.images["observation.images.depth"].array)
+        pairs = [("observation.state.state", "observation.state"), ("action", "action")]
+        for got_key, want_key in pairs + [(f"observation.state.{c}",) * 2 for c in ortf_gen.STATE]:
+            np.testing.assert_array_equal(got.columns[got_key], want.columns[want_key])
+        assert got.step_tasks == want.step_tasks
+    for cam in ("cam_wrist", "cam_overhead"):  # lossless: the decoded source frames, pixel for pixel
+        for ep in range(len(ortf_gen.EPISODES)):
+            src_mp4 = next((src / "videos" / cam).rglob(f"episode_{ep:06d}.mp4"))
+            out_mp4 = next((tmp_path / "ortf/videos" / cam).rglob(f"episode_{ep:06d}.mp4"))
+            for (_, x), (_, y) in zip(decode_all_frames(src_mp4), decode_all_frames(out_mp4), strict=True):
+                np.testing.assert_array_equal(x, y)
 
 
 def _bad(tmp_path: Path, edit) -> Path:

@@ -1,22 +1,40 @@
-"""ORTF v0.2 writer (no other tool writes ORTF): any source robo-ray reads (LeRobot, Minari, ORTF) -> an ORTF
-dataset that the ORTF reader validates (../specs/ortf_v0.2.txt).
+"""ORTF v0.2 writer on the Writer contract (robo_ray/writers/base.py; spec: ../specs/ortf_v0.2.txt).
 
-The episode goes through the same default mapping and `UnitConverter.convert_episode` as an RLDS conversion (so
-the flags, reward, discount and instruction are exactly what RLDS would get), images losslessly as PNG; then it is
-laid out as ORTF: `data/chunk-NNN/steps.parquet` (observation tensors as `observation.state.<component>`,
-`action`, boundary flags, `reward`/`discount` when the source has them, `task_id` per step when an episode changes
-task), one MP4 per camera and episode (H.264; `lossless=True` uses libx264rgb at crf 0, so frames decode to the
-very source pixels; 16-bit depth uses FFV1 gray16le), `meta/episodes.parquet`, `meta/tasks.jsonl`,
-`meta/manifest.json` and `meta/stats.json`.
+The ORTF dataset is the output root itself (`dataset_rel` ""), beside robo-ray's reports. One work unit = one chunk
+(`data/chunk-NNN/steps.parquet`, unit index = chunk id): `plan_units` balances the units by size, then each is cut to
+at most `chunk_size` episodes.
 
-Python API: `write_ortf(source_url, out_url, ...) -> OrtfWriteResult`.
+A unit's sink (`ChunkSink`) receives canonical episodes. `add` encodes each camera's decoded frames once with PyAV
+into `videos/<camera>/chunk-NNN/episode_NNNNNN.mp4` (H.264 yuv420p straight from the decoder's frames, crf
+`crf`; `lossless`: libx264rgb crf 0 from the RGB frames, so they decode to the very pixels an RLDS conversion
+stores; 16-bit depth: FFV1 gray16le) and buffers the episode's step rows (observation tensors as
+`observation.state.<component>`, `action`, boundary flags, `reward`/`discount` when the source has them, one
+`observation.images.<camera>.frame_index` per camera, `task_id` per step only in a chunk where an episode changes
+task). Where the videos go until `commit`:
+* local: temp names beside the final ones (`....mp4.tmp-xxxxxxxx`), renamed by `commit` (a failing camera or a frame
+  count that differs from the steps removes the episode's temps: nothing under a final name);
+* other filesystems: a local scratch folder, uploaded by `commit` (one PUT each: visible whole or not at all).
+`commit` writes the chunk's steps.parquet last (atomic; a unit whose every episode was quarantined writes one with
+no rows, so that readers always find the schema), removes final-named files of earlier attempts that this commit
+does not hold, and returns the ledger row: every file with bytes and sha256, and in `extra` the per-episode rows and
+the per-column sums (count, sum, sum of squares, min, max) that `finalize` needs.
+
+`finalize` numbers globally: meta/tasks.jsonl (the reader's tasks first, then tasks first seen at write time, in
+episode order; a chunk whose per-step `task_id`s were written with chunk-local ids is rewritten with the global ids
+and its ledger entry updated), meta/episodes.parquet (start_step / end_step contiguous over the written episodes),
+meta/stats.json (merged sums) and meta/manifest.json last (the commit).
+
+Python API: `write_ortf(source_url, out_url, ...) -> OrtfWriteResult` runs the whole pipeline in-process.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import posixpath
 import re
+import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -28,18 +46,44 @@ import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import Field, ValidationError, field_validator
 
-from robo_ray.episode import QuarantineRecord
-from robo_ray.errors import DestinationNotEmpty, EpisodeError
+from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec, Frames
+from robo_ray.errors import ConfigError, FrameCountMismatch, VideoDecodeError
 from robo_ray.images import decode_image
-from robo_ray.mapping import FieldMap, ImageOptions, Mapping, default_mapping
-from robo_ray.readers import open_reader
-from robo_ray.stages.convert import ConvertOptions, UnitConverter, spooled_steps
-from robo_ray.spool import BytesSpool, spool_for
-from robo_ray.storage import is_empty_dir, is_local, join, url_to_fs, write_bytes_atomic, write_text_atomic
+from robo_ray.mapping import FieldMap, Mapping
+from robo_ray.readers.base import Inventory
+from robo_ray.stages.plan import Unit, plan_units
+from robo_ray.storage import is_local, join, storage_error, url_of, url_to_fs, with_retries, write_bytes_atomic
+from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
 
 ORTF_VERSION = "0.2"
-DEFAULT_FPS = 10.0
+MANIFEST = "meta/manifest.json"
+EPISODES = "meta/episodes.parquet"
+TASKS = "meta/tasks.jsonl"
+STATS = "meta/stats.json"
+# x264 / FFV1 with one thread: the bytes do not depend on the machine's core count (actors are the parallelism)
+ENCODER_THREADS = 1
+
+
+class OrtfOptions(WriterOptions):
+    """`target.options` of an ORTF run (`--set target.options.KEY=VALUE`)."""
+
+    lossless: bool = False  # libx264rgb crf 0: frames decode to the very source pixels
+    crf: int = Field(18, ge=0, le=51)  # H.264 quality when not lossless
+    chunk_size: int = Field(1000, ge=1)  # episodes per chunk at most
+    fps: float | None = Field(None, gt=0, le=10_000)  # default: the source's rate
+    created_at: str | None = None  # manifest created_at (default: now); fixed for deterministic manifests
+    name: str | None = None  # manifest name (default: the source's dataset name)
+
+    @field_validator("created_at", mode="before")
+    @classmethod
+    def _iso(cls, v: Any) -> Any:
+        """`--set target.options.created_at=2025-01-01T00:00:00Z` arrives as a datetime (YAML): back to text."""
+        if isinstance(v, datetime):
+            v = v.astimezone(timezone.utc) if v.tzinfo else v
+            return v.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return v
 
 
 @dataclass
@@ -52,27 +96,35 @@ class OrtfWriteResult:
     quarantined: list[dict[str, Any]] = field(default_factory=list)
 
 
+# ---- layout: mapping targets -> ORTF columns and cameras --------------------------------------------------------
 @dataclass
-class _Layout:
+class Layout:
     """How mapping targets become ORTF columns and cameras."""
 
-    columns: dict[str, str]  # RLDS target -> steps.parquet column
+    columns: dict[str, str]  # tensor target -> steps.parquet column
+    texts: dict[str, str]  # text target -> string column
     cameras: dict[str, FieldMap]  # camera name -> image field
     reward: bool
     discount: bool
+
+    def field_of(self, mapping: Mapping, target: str) -> FieldMap:
+        return next(f for f in mapping.steps if f.target == target)
 
 
 def _name(part: str) -> str:
     return re.sub(r"[^0-9A-Za-z_]", "_", part).strip("_") or "cam"
 
 
-def plan_layout(mapping: Mapping) -> _Layout:
+def plan_layout(mapping: Mapping) -> Layout:
     columns: dict[str, str] = {}
+    texts: dict[str, str] = {}
     for fm in mapping.steps:
-        if fm.kind != "tensor":
-            continue
         t = fm.target
-        if t == "observation/state":
+        if fm.kind == "text":
+            texts[t] = t.replace("/", ".")
+        elif fm.kind != "tensor":
+            continue
+        elif t == "observation/state":
             columns[t] = "observation.state.state"
         elif t.startswith("observation/"):
             columns[t] = "observation.state." + t[len("observation/"):].replace("/", ".")
@@ -86,220 +138,32 @@ def plan_layout(mapping: Mapping) -> _Layout:
             cam, k = f"{base}_{k}", k + 1
         cameras[cam] = fm
     d = mapping.defaults
-    return _Layout(columns, cameras, d.reward_source is not None, d.discount_source is not None)
+    return Layout(columns, texts, cameras, d.reward_source is not None, d.discount_source is not None)
 
 
-def _list_array(arr: np.ndarray) -> pa.Array:
-    """(T, ...) -> fixed_size_list column (flattened per step), or a plain column for scalars."""
-    if arr.ndim == 1:
-        return pa.array(arr)
-    flat = arr.reshape(len(arr), -1)
-    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+_ARROW = {"float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_()}
 
 
-def encode_video(path: str, frames: Iterable[np.ndarray], fps: float, depth: bool, lossless: bool,
-                 crf: int = 18) -> int:
-    """Frames -> MP4 with pts k in time base 1/fps (frame k at k/fps). Returns the frame count."""
-    rate = Fraction(fps).limit_denominator(1001)
-    n = 0
-    with av.open(path, "w", format="mp4") as c:
-        stream = None
-        for arr in frames:
-            if stream is None:
-                h, w = arr.shape[:2]
-                if depth:
-                    stream = c.add_stream("ffv1", rate=rate)
-                    stream.pix_fmt = "gray16le"
-                elif lossless or h % 2 or w % 2:
-                    stream = c.add_stream("libx264rgb", rate=rate)
-                    stream.pix_fmt = "rgb24"
-                    stream.options = {"crf": "0" if lossless else str(crf), "preset": "veryfast", "g": "2",
-                                      "bf": "0"}
-                else:
-                    stream = c.add_stream("libx264", rate=rate)
-                    stream.pix_fmt = "yuv420p"
-                    stream.options = {"crf": str(crf), "preset": "veryfast", "g": "2", "bf": "0"}
-                stream.width, stream.height = w, h
-                stream.time_base = 1 / rate
-            if depth:
-                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(arr.reshape(arr.shape[:2]), dtype="<u2"),
-                                                   format="gray16le")
-            else:
-                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(arr[:, :, :3]), format="rgb24")
-            frame.pts = n
-            for p in stream.encode(frame):
-                c.mux(p)
-            n += 1
-        if stream is not None:
-            for p in stream.encode():
-                c.mux(p)
-    return n
+def steps_schema(mapping: Mapping, layout: Layout, task_id: bool) -> pa.Schema:
+    """The schema of every steps.parquet (`task_id` only in a chunk where an episode changes task)."""
+    fields = [("episode_id", pa.string()), ("step_index", pa.int64()), ("timestamp", pa.float64()),
+              ("is_first", pa.bool_()), ("is_last", pa.bool_()), ("is_terminal", pa.bool_())]
+    for target, col in layout.columns.items():
+        fm = layout.field_of(mapping, target)
+        t = _ARROW.get(fm.dtype, pa.float32())
+        fields.append((col, pa.list_(t, int(np.prod(fm.shape))) if fm.shape else t))
+    fields += [(col, pa.string()) for col in layout.texts.values()]
+    if layout.reward:
+        fields.append(("reward", pa.float32()))
+    if layout.discount:
+        fields.append(("discount", pa.float32()))
+    fields += [(f"observation.images.{cam}.frame_index", pa.int64()) for cam in layout.cameras]
+    if task_id:
+        fields.append(("task_id", pa.int64()))
+    return pa.schema(fields)
 
 
-class _Out:
-    """Writes files under the output root through fsspec (MP4s go through a local temp file)."""
-
-    def __init__(self, url: str, storage_options: dict[str, Any] | None) -> None:
-        self.fs, self.root = url_to_fs(url, storage_options)
-        self.files: list[str] = []
-
-    def put_bytes(self, rel: str, data: bytes) -> None:
-        write_bytes_atomic(self.fs, join(self.root, rel), data)
-        self.files.append(rel)
-
-    def put_text(self, rel: str, text: str) -> None:
-        write_text_atomic(self.fs, join(self.root, rel), text)
-        self.files.append(rel)
-
-    def put_parquet(self, rel: str, table: pa.Table) -> None:
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression="zstd")
-        self.put_bytes(rel, buf.getvalue())
-
-    def new_spool(self) -> BytesSpool:
-        return spool_for(self.fs, self.root)
-
-    def put_video(self, rel: str, frames: Iterable[np.ndarray], fps: float, depth: bool, lossless: bool,
-                  crf: int) -> int:
-        dest = join(self.root, rel)
-        if is_local(self.fs):
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".mp4", dir=os.path.dirname(dest) if is_local(self.fs) else None)
-        os.close(fd)
-        try:
-            n = encode_video(tmp, frames, fps, depth, lossless, crf)
-            if is_local(self.fs):
-                os.replace(tmp, dest)
-            else:
-                self.fs.put_file(tmp, dest)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        self.files.append(rel)
-        return n
-
-
-def write_ortf(source_url: str, out_url: str, *, source_format: str | None = None,
-               storage_options: dict[str, Any] | None = None, out_storage_options: dict[str, Any] | None = None,
-               max_episodes: int | None = None, fps: float | None = None, lossless: bool = False, crf: int = 18,
-               chunk_size: int = 1000, name: str | None = None, overwrite: bool = False,
-               created_at: str | None = None) -> OrtfWriteResult:
-    """Convert a source dataset to ORTF v0.2 at `out_url` (which must be empty unless `overwrite`)."""
-    out = _Out(out_url, out_storage_options)
-    if not is_empty_dir(out.fs, out.root):
-        if not overwrite:
-            raise DestinationNotEmpty(f"destination {out_url} is not empty (use overwrite=True)")
-        out.fs.rm(out.root, recursive=True)
-    reader = open_reader(source_url, source_format, storage_options)
-    inv = reader.discover()
-    refs = inv.refs[:max_episodes] if max_episodes else inv.refs
-    mapping = default_mapping(inv, ImageOptions(encoding="png"))
-    mapping.check_against(inv.features)
-    layout = plan_layout(mapping)
-    rate = float(fps or inv.fps or DEFAULT_FPS)
-    # the converter's own target is never written (episodes come back through convert_episode); long camera
-    # spools spill inside the destination when it is local (the system temp dir otherwise)
-    conv = UnitConverter(source_url, source_format, mapping, out_url,
-                         ConvertOptions(source_storage_options=storage_options or {}), reader=reader)
-    try:
-        result = _write(conv, refs, mapping, layout, out, rate, lossless, crf, chunk_size)
-    finally:
-        conv.close()
-    _write_meta(out, inv, mapping, layout, result, rate, name, created_at, lossless)
-    return OrtfWriteResult(out_url, result["episodes"], result["steps"], list(layout.cameras), out.files,
-                           result["quarantined"])
-
-
-def _write(conv: UnitConverter, refs: list, mapping: Mapping, layout: _Layout, out: _Out, fps: float,
-           lossless: bool, crf: int, chunk_size: int) -> dict[str, Any]:
-    tasks: list[str] = []
-    chunks: dict[int, list[pa.Table]] = {}
-    rows: list[dict[str, Any]] = []
-    per_step_tasks = False
-    shapes: dict[str, list[int]] = {}
-    stats: dict[str, list[np.ndarray]] = {}
-    start = 0
-    quarantined: list[dict[str, Any]] = []
-    for ref in refs:
-        with spooled_steps() as steps:
-            try:
-                meta = conv.convert_episode(ref, steps, out.new_spool)
-            except EpisodeError as exc:  # nothing lost silently: recorded and reported, the rest converts
-                rec = QuarantineRecord(ref.episode_index, exc.code, str(exc), ref.data_path)
-                quarantined.append(rec.to_dict())
-                continue
-            n = len(steps["is_first"])
-            chunk = ref.episode_index // chunk_size
-            ep_id = f"{ref.episode_index:06d}"
-            lang = [b.decode("utf-8") for b in steps["language_instruction"]]
-            for t in lang:
-                if t not in tasks:
-                    tasks.append(t)
-            task_ids = np.array([tasks.index(t) for t in lang], dtype=np.int64)
-            per_step_tasks |= len(set(lang)) > 1
-            cols: dict[str, pa.Array] = {
-                "episode_id": pa.array([ep_id] * n), "step_index": pa.array(np.arange(n, dtype=np.int64)),
-                "timestamp": pa.array(np.arange(n, dtype=np.float64) / fps),
-                "is_first": pa.array(steps["is_first"]), "is_last": pa.array(steps["is_last"]),
-                "is_terminal": pa.array(steps["is_terminal"])}
-            for target, col in layout.columns.items():
-                arr = np.asarray(steps[target])
-                fm = next(f for f in mapping.steps if f.target == target)
-                arr = arr.reshape((n, *fm.shape))
-                cols[col] = _list_array(arr)
-                shapes[col] = list(fm.shape)
-                if arr.dtype.kind == "f":
-                    stats.setdefault(col, []).append(arr.reshape(n, -1))
-            if layout.reward:
-                cols["reward"] = pa.array(np.asarray(steps["reward"], np.float32))
-            if layout.discount:
-                cols["discount"] = pa.array(np.asarray(steps["discount"], np.float32))
-            video_files: dict[str, str] = {}
-            for cam, fm in layout.cameras.items():
-                cols[f"observation.images.{cam}.frame_index"] = pa.array(np.arange(n, dtype=np.int64))
-                rel = f"videos/{cam}/chunk-{chunk:03d}/episode_{ref.episode_index:06d}.mp4"
-                depth = fm.dtype == "uint16"
-                frames = (_decode_png(b, depth, fm.shape[2]) for b in steps[fm.target])
-                if out.put_video(rel, frames, fps, depth, lossless, crf) != n:
-                    raise RuntimeError(f"{rel}: frame count differs from the {n} steps")
-                video_files[cam] = rel
-            cols["task_id"] = pa.array(task_ids)
-            chunks.setdefault(chunk, []).append(pa.table(cols))
-            rows.append({"episode_id": ep_id, "task_id": int(task_ids[0]) if n else 0, "start_step": start,
-                         "end_step": start + n, "length": n, "duration_seconds": n / fps, "success": None,
-                         "failure_reason": None, "operator_notes": "", "chunk_id": chunk, "recorded_at": None,
-                         "video_files": video_files or None, "audio_file": None,
-                         "source_metadata": json.dumps(meta, sort_keys=True, default=str)})
-            start += n
-    for chunk, tables in sorted(chunks.items()):
-        table = pa.concat_tables(tables)
-        if not per_step_tasks:
-            table = table.drop_columns(["task_id"])
-        out.put_parquet(f"data/chunk-{chunk:03d}/steps.parquet", table)
-    ep_table = pa.Table.from_pylist(rows, schema=_episodes_schema(list(layout.cameras)))
-    out.put_parquet("meta/episodes.parquet", ep_table)
-    out.put_text("meta/tasks.jsonl", "".join(json.dumps({"task_id": i, "type": f"task_{i}", "instruction": t,
-                                                         "description": t}) + "\n" for i, t in enumerate(tasks)))
-    stat_json = {}
-    for col, parts in stats.items():
-        a = np.concatenate(parts).astype(np.float64)
-        stat_json[col] = {"mean": a.mean(0).tolist(), "std": a.std(0).tolist(), "min": a.min(0).tolist(),
-                          "max": a.max(0).tolist(), "count": int(a.shape[0])}
-    out.put_text("meta/stats.json", json.dumps(stat_json, indent=2))
-    return {"episodes": len(rows), "steps": start, "shapes": shapes, "quarantined": quarantined}
-
-
-def _decode_png(data: bytes, depth: bool, channels: int) -> np.ndarray:
-    if depth:
-        from PIL import Image
-
-        with Image.open(io.BytesIO(data)) as im:
-            return np.asarray(im).astype(np.uint16)
-    arr = decode_image(data, 3)
-    return arr
-
-
-def _episodes_schema(cameras: list[str]) -> pa.Schema:
+def episodes_schema(cameras: list[str]) -> pa.Schema:
     fields = [("episode_id", pa.string()), ("task_id", pa.int64()), ("start_step", pa.int64()),
               ("end_step", pa.int64()), ("length", pa.int64()), ("duration_seconds", pa.float64()),
               ("success", pa.bool_()), ("failure_reason", pa.string()), ("operator_notes", pa.string()),
@@ -310,45 +174,616 @@ def _episodes_schema(cameras: list[str]) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _write_meta(out: _Out, inv: Any, mapping: Mapping, layout: _Layout, result: dict[str, Any], fps: float,
-                name: str | None, created_at: str | None, lossless: bool) -> None:
-    shapes = result["shapes"]
-    action_dim = int(np.prod(shapes.get("action", [0]) or [1])) if "action" in shapes else 0
-    state = {col[len("observation.state."):]: {"dim": int(np.prod(shape or [1])), "units": "unknown"}
-             for col, shape in shapes.items() if col.startswith("observation.state.")}
-    sensors, images = [], {}
-    for cam, fm in layout.cameras.items():
-        h, w = fm.shape[:2]
-        depth = fm.dtype == "uint16"
-        sensor = {"name": f"{cam}_depth" if depth else f"{cam}_rgb", "type": "depth_camera" if depth else "camera",
-                  "mount": "unknown", "resolution": {"width": w, "height": h}, "fps": fps,
-                  "encoding": "ffv1" if depth else "h264"}
-        if depth:
-            sensor.update({"bit_depth": 16, "depth_units": "millimeters"})
-        sensors.append(sensor)
-        images[cam] = sensor["name"]
-    title = name or inv.dataset_name
-    manifest = {
-        "ortf_version": ORTF_VERSION,
-        "dataset_id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"robo-ray:{inv.source_format}:{title}")),
-        "name": title,
-        "description": f"Converted by robo-ray from {inv.source_format} {inv.source_version}",
-        "created_at": created_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "license": "unknown",
-        "robot": {"id": inv.robot_type or "unknown", "name": inv.robot_type or "unknown", "type": "unknown",
-                  "dof": action_dim, "joints": []},
-        "action_space": {"type": "unknown", "frame": "unknown", "control_frequency_hz": fps,
-                         "dimensions": [{"name": f"a{i}", "index": i, "type": "continuous", "units": "unknown"}
-                                        for i in range(action_dim)]},
-        "observation_space": {"state": state, "images": images},
-        "sensors": sensors,
-        "frames": {"world": {"type": "fixed", "convention": "z_up", "description": "unknown source frame"}},
-        "collection": {"operator": "unknown", "interface": "converted by robo-ray",
-                       "source_format": f"{inv.source_format} {inv.source_version}"},
-        "statistics": {"total_episodes": result["episodes"], "total_steps": result["steps"],
-                       "total_duration_hours": result["steps"] / fps / 3600.0},
-        "timestamp_reference": "episode_start",
-        "sync_tolerance_ms": round(500.0 / fps, 3),
-        "video_lossless": lossless,
-    }
-    out.put_text("meta/manifest.json", json.dumps(manifest, indent=2))
+def parquet_bytes(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def _column(arr: np.ndarray, t: pa.DataType) -> pa.Array:
+    """(T, ...) -> a fixed_size_list column (flattened per step), or a plain column for scalars."""
+    if not pa.types.is_fixed_size_list(t):
+        return pa.array(arr.reshape(len(arr)), type=t)
+    flat = np.ascontiguousarray(arr.reshape(len(arr), -1))
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), type=t.value_type), t.list_size)
+
+
+def chunk_name(index: int, num_units: int) -> str:
+    """`chunk-NNN` (3 digits; 6 beyond 1000 chunks, as the spec says for very large datasets)."""
+    return f"chunk-{index:0{3 if num_units <= 1000 else 6}d}"
+
+
+def episode_id(index: int) -> str:
+    """The episode's id in the output: its source episode index, zero-padded (the ORTF reader gives it back)."""
+    return f"{index:06d}"
+
+
+def _sha256_local(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while b := f.read(4 << 20):
+            h.update(b)
+    return h.hexdigest()
+
+
+# ---- video ------------------------------------------------------------------------------------------------------
+class VideoKind:
+    DEPTH = "ffv1"  # 16-bit depth: FFV1 gray16le (lossless)
+    RGB = "libx264rgb"  # lossless (crf 0), or frames whose size 4:2:0 cannot hold
+    YUV = "libx264"  # H.264 yuv420p
+
+
+def _rgb_array(arr: np.ndarray, resize: tuple[int, int] | None) -> np.ndarray:
+    """HxW[xC] uint8 -> HxWx3 (grey repeated, alpha dropped), resized as the RLDS encoder resizes arrays."""
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if resize and arr.shape[:2] != tuple(resize):
+        from PIL import Image
+
+        img = Image.fromarray(arr[:, :, 0] if arr.shape[2] == 1 else arr)
+        arr = np.asarray(img.resize((resize[1], resize[0]), Image.Resampling.BILINEAR))
+        if arr.ndim == 2:
+            arr = arr[:, :, None]
+    if arr.shape[2] == 1:
+        arr = np.repeat(arr, 3, axis=2)
+    return np.ascontiguousarray(arr[:, :, :3], dtype=np.uint8)
+
+
+def _depth_array(item: Any) -> np.ndarray:
+    if isinstance(item, av.VideoFrame):
+        return item.to_ndarray(format="gray16le")
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(bytes(item))) as im:
+                arr = np.asarray(im)
+        except Exception as exc:  # PIL raises many types for bad data
+            raise VideoDecodeError(f"cannot decode a 16-bit depth image: {exc}") from exc
+    else:
+        arr = np.asarray(item)
+    if arr.ndim == 3:
+        arr = arr[:, :, 0]
+    return np.ascontiguousarray(arr.astype("<u2", copy=False))
+
+
+class VideoEncoder:
+    """One camera's frames of one episode -> one MP4 (frame k at pts k, time base 1/fps); decoded frames are
+    encoded once, from the decoder's frame (PyAV), the array, or the decoded source bytes."""
+
+    def __init__(self, fps: float, depth: bool, lossless: bool, crf: int, resize: tuple[int, int] | None) -> None:
+        self.rate = Fraction(fps).limit_denominator(1001)
+        self.depth, self.lossless, self.crf = depth, lossless, crf
+        self.resize = None if depth else resize
+
+    def frame(self, item: Any, kind: str | None) -> av.VideoFrame:
+        """The item as a VideoFrame ready for `kind`'s encoder (None: not decided yet)."""
+        if self.depth:
+            return av.VideoFrame.from_ndarray(_depth_array(item), format="gray16le")
+        if isinstance(item, av.VideoFrame):
+            frame = item
+            if self.resize and (frame.height, frame.width) != tuple(self.resize):
+                frame = frame.reformat(width=self.resize[1], height=self.resize[0], interpolation="AREA")
+            if kind == VideoKind.RGB or (kind is None and (self.lossless or frame.width % 2 or frame.height % 2)):
+                frame = frame.reformat(format="rgb24")  # the same conversion as to_ndarray(format="rgb24")
+            return frame
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            item = decode_image(bytes(item), 3)
+        return av.VideoFrame.from_ndarray(_rgb_array(np.asarray(item), self.resize), format="rgb24")
+
+    def _open_stream(self, c: Any, first: av.VideoFrame) -> tuple[Any, str]:
+        w, h = first.width, first.height
+        if self.depth:
+            kind = VideoKind.DEPTH
+            stream = c.add_stream("ffv1", rate=self.rate)
+            stream.pix_fmt = "gray16le"
+        elif self.lossless or w % 2 or h % 2:
+            kind = VideoKind.RGB
+            stream = c.add_stream("libx264rgb", rate=self.rate)
+            stream.pix_fmt = "rgb24"
+            stream.options = {"crf": "0" if self.lossless else str(self.crf), "preset": "veryfast", "g": "2",
+                              "bf": "0"}
+        else:
+            kind = VideoKind.YUV
+            stream = c.add_stream("libx264", rate=self.rate)
+            stream.pix_fmt = "yuv420p"
+            stream.options = {"crf": str(self.crf), "preset": "veryfast", "g": "2", "bf": "0"}
+            if first.format.name == "yuv420p":  # the decoder's planes as they are: keep their colour tags
+                stream.codec_context.colorspace = int(first.colorspace)
+                stream.codec_context.color_range = int(first.color_range)
+        stream.width, stream.height = w, h
+        stream.time_base = 1 / self.rate
+        stream.codec_context.thread_count = ENCODER_THREADS
+        return stream, kind
+
+    def encode(self, path: str, frames: Iterable[Any]) -> int:
+        """Write the MP4 at `path`; returns the number of frames."""
+        n = 0
+        tb = 1 / self.rate
+        with av.open(path, "w", format="mp4") as c:
+            stream, kind = None, None
+            for item in frames:
+                frame = self.frame(item, kind)
+                if stream is None:
+                    stream, kind = self._open_stream(c, frame)
+                elif (frame.width, frame.height) != (stream.width, stream.height):
+                    raise VideoDecodeError(f"frame {n} is {frame.width}x{frame.height}, the first was "
+                                           f"{stream.width}x{stream.height}")
+                frame.pts = n
+                frame.time_base = tb
+                frame.pict_type = av.video.frame.PictureType.NONE  # the encoder's GOP, not the source's
+                for p in stream.encode(frame):
+                    c.mux(p)
+                n += 1
+            if stream is not None:
+                for p in stream.encode():
+                    c.mux(p)
+        return n
+
+
+# ---- one unit ---------------------------------------------------------------------------------------------------
+@dataclass
+class _Video:
+    rel: str  # final name, relative to the output root
+    tmp: str  # where it is until commit (local path)
+    num_bytes: int = 0
+    sha256: str = ""
+
+
+@dataclass
+class _Sums:
+    """Per-column sums of one unit, merged by finalize (never the values themselves)."""
+
+    count: int = 0
+    sum: np.ndarray | None = None
+    sumsq: np.ndarray | None = None
+    min: np.ndarray | None = None
+    max: np.ndarray | None = None
+
+    def add(self, arr: np.ndarray) -> None:
+        if not len(arr):
+            return
+        a = arr.reshape(len(arr), -1).astype(np.float64)
+        s, q, lo, hi = a.sum(0), (a * a).sum(0), a.min(0), a.max(0)
+        if self.sum is None:
+            self.sum, self.sumsq, self.min, self.max = s, q, lo, hi
+        else:
+            self.sum, self.sumsq = self.sum + s, self.sumsq + q
+            self.min, self.max = np.minimum(self.min, lo), np.maximum(self.max, hi)
+        self.count += len(a)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "sum": [float(x) for x in self.sum], "sumsq": [float(x) for x in self.sumsq],
+                "min": [float(x) for x in self.min], "max": [float(x) for x in self.max]}
+
+
+class ChunkSink(UnitSink):
+    """Accumulates one chunk (see the module docstring for where the bytes go)."""
+
+    def __init__(self, writer: "OrtfWriter", unit: Unit) -> None:
+        self.writer = writer
+        self.chunk = chunk_name(unit.index, unit.num_shards)
+        resize = writer.mapping.images.resize
+        self._resize = (int(resize[0]), int(resize[1])) if resize else None
+        self.data_rel = f"data/{self.chunk}/steps.parquet"
+        self.result = UnitResult(unit.index, "")
+        self._local = is_local(writer.fs)
+        self._scratch: str | None = None  # non-local filesystems: local folder for the MP4s until commit
+        self._videos: list[_Video] = []
+        self._tables: list[pa.Table] = []
+        self._step_tasks: list[np.ndarray] = []
+        self._local_tasks: dict[str, int] = {}  # task text -> chunk-local id, in order of first appearance
+        self._multi_task = False
+        self._sums: dict[str, _Sums] = {}
+        self._rows: list[dict[str, Any]] = []
+
+    # ---- episodes ---------------------------------------------------------------------------------------------
+    def _temp_path(self, rel: str) -> str:
+        if self._local:
+            final = join(self.writer.dataset_dir, rel)
+            os.makedirs(posixpath.dirname(final), exist_ok=True)
+            return f"{final}.tmp-{uuid.uuid4().hex[:8]}"
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="robo-ray-ortf-")
+        return os.path.join(self._scratch, f"{uuid.uuid4().hex[:8]}-{posixpath.basename(rel)}")
+
+    def add(self, episode: CanonicalEpisode) -> None:
+        """Encode the episode's cameras (temp files), then buffer its rows; if anything fails the episode's temps
+        are removed and the unit is as if it had never been offered."""
+        w, n, idx = self.writer, episode.length, episode.episode_index
+        fps = w.fps(source_fps=episode.fps)
+        made: list[_Video] = []
+        try:
+            for cam, fm in w.layout.cameras.items():
+                rel = w.video_rel(cam, self.chunk, idx)
+                v = _Video(rel, self._temp_path(rel))
+                made.append(v)
+                frames: Frames = episode.cameras[fm.target]
+                enc = VideoEncoder(fps, fm.dtype == "uint16", w.options.lossless, w.options.crf, self._resize)
+                count = enc.encode(v.tmp, frames)
+                if count != n:
+                    raise FrameCountMismatch(f"{episode.ref.data_path}: episode {idx} camera {fm.source} gave "
+                                             f"{count} frames for {n} steps")
+                v.num_bytes, v.sha256 = os.path.getsize(v.tmp), _sha256_local(v.tmp)
+            table, lang = self._episode_table(episode, fps)
+        except BaseException:
+            for v in made:
+                _remove(v.tmp)
+            raise
+        self._videos += made
+        self._tables.append(table)
+        distinct = list(dict.fromkeys(lang))
+        self._multi_task |= len(distinct) > 1
+        for t in distinct:
+            self._local_tasks.setdefault(t, len(self._local_tasks))
+        self._step_tasks.append(np.array([self._local_tasks[t] for t in lang], dtype=np.int64))
+        for target, col in w.layout.columns.items():
+            arr = episode.tensors[target]
+            if arr.dtype.kind == "f":
+                self._sums.setdefault(col, _Sums()).add(arr.reshape(n, -1))
+        self._rows.append({"index": idx, "length": n, "tasks": distinct,
+                           "videos": {cam: w.video_rel(cam, self.chunk, idx) for cam in w.layout.cameras},
+                           "meta": json.dumps(episode.metadata, sort_keys=True, default=str)})
+        self.result.episodes.append((idx, n))
+
+    def _episode_table(self, ep: CanonicalEpisode, fps: float) -> tuple[pa.Table, list[str]]:
+        w, n = self.writer, ep.length
+        schema = steps_schema(w.mapping, w.layout, False)
+        cols: dict[str, Any] = {
+            "episode_id": [episode_id(ep.episode_index)] * n, "step_index": np.arange(n, dtype=np.int64),
+            "timestamp": np.arange(n, dtype=np.float64) / fps, "is_first": ep.is_first, "is_last": ep.is_last,
+            "is_terminal": ep.is_terminal}
+        for target, col in w.layout.columns.items():
+            cols[col] = _column(np.asarray(ep.tensors[target]), schema.field(col).type)
+        for target, col in w.layout.texts.items():
+            cols[col] = list(ep.texts[target])
+        if w.layout.reward:
+            cols["reward"] = np.asarray(ep.reward, np.float32)
+        if w.layout.discount:
+            cols["discount"] = np.asarray(ep.discount, np.float32)
+        for cam in w.layout.cameras:
+            cols[f"observation.images.{cam}.frame_index"] = np.arange(n, dtype=np.int64)
+        arrays = [c if isinstance(c, pa.Array) else pa.array(c, type=schema.field(k).type) for k, c in cols.items()]
+        if len(ep.language) != n:
+            raise FrameCountMismatch(f"episode {ep.episode_index}: {len(ep.language)} instructions for {n} steps")
+        return pa.Table.from_arrays(arrays, schema=schema), list(ep.language)
+
+    def quarantine(self, record: dict[str, Any]) -> None:
+        self.result.quarantined.append(record)
+
+    # ---- commit / abort ---------------------------------------------------------------------------------------
+    def commit(self) -> UnitResult:
+        w = self.writer
+        try:
+            for v in self._videos:
+                self._publish_video(v)
+            data = parquet_bytes(self._chunk_table())  # a unit with no episode: no rows (readers find the schema)
+            write_bytes_atomic(w.fs, join(w.dataset_dir, self.data_rel), data)
+            self.result.filename = self.data_rel
+            self.result.num_bytes = len(data)
+            self.result.sha256 = hashlib.sha256(data).hexdigest()
+            self._sweep()
+        except BaseException:
+            self.abort()
+            raise
+        self._cleanup_scratch()
+        self.result.files = [{"name": v.rel, "num_bytes": v.num_bytes, "sha256": v.sha256} for v in self._videos]
+        self.result.extra = {"chunk": self.chunk, "episodes": self._rows,
+                             "step_tasks": list(self._local_tasks) if self._multi_task else [],
+                             "stats": {col: s.to_dict() for col, s in self._sums.items()}}
+        return self.result
+
+    def _chunk_table(self) -> pa.Table:
+        if not self._tables:
+            return steps_schema(self.writer.mapping, self.writer.layout, False).empty_table()
+        table = pa.concat_tables(self._tables)
+        if self._multi_task:
+            table = table.append_column(pa.field("task_id", pa.int64()),
+                                        pa.array(np.concatenate(self._step_tasks), type=pa.int64()))
+        return table
+
+    def _publish_video(self, v: _Video) -> None:
+        w = self.writer
+        final = join(w.dataset_dir, v.rel)
+        if self._local:
+            with open(v.tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(v.tmp, final)
+            return
+        try:
+            with_retries(w.fs).put_file(v.tmp, final)
+        except Exception as exc:  # noqa: BLE001 - the store failed after its retries
+            raise storage_error(exc, url_of(w.fs, final), "uploading", w.fs) from exc
+        _remove(v.tmp)
+
+    def _sweep(self) -> None:
+        """Remove final-named files of this chunk that this commit does not hold (left by an earlier attempt that
+        converted an episode this one quarantined); temps are never touched."""
+        w = self.writer
+        keep = {_strip(join(w.dataset_dir, v.rel)) for v in self._videos}
+        dirs = [join(w.dataset_dir, "videos", cam, self.chunk) for cam in w.layout.cameras]
+        for d in dirs:
+            try:
+                names = w.fs.ls(d, detail=False)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for p in names:
+                p = p.rstrip("/")
+                if ".tmp-" not in posixpath.basename(p) and _strip(p) not in keep:
+                    w.fs.rm_file(p)
+
+    def abort(self) -> None:
+        for v in self._videos:
+            _remove(v.tmp)
+        self._videos = []
+        self._tables = []
+        self._cleanup_scratch()
+
+    def _cleanup_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _strip(path: str) -> str:
+    """A path without the filesystem's protocol prefix, for comparing what `ls` returns with what we joined."""
+    return path.split("://", 1)[-1].lstrip("/")
+
+
+# ---- the writer -------------------------------------------------------------------------------------------------
+class OrtfWriter(Writer):
+    """Writes an ORTF v0.2 dataset at the output root: data/, meta/, videos/."""
+
+    format_name = "ortf"
+    title = "ORTF v0.2 (Parquet + MP4)"
+    paired_reader = "ortf"
+    image_encoding = "png"
+    Options = OrtfOptions
+    OUTPUTS = ("data", "meta", "videos")
+    options: OrtfOptions
+
+    def __init__(self, out_url: str, mapping: Mapping, storage_options: dict[str, Any] | None = None,
+                 options: dict[str, Any] | None = None) -> None:
+        try:
+            super().__init__(out_url, mapping, storage_options, options)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise ConfigError(f"invalid target.options.{loc}: {first['msg']}") from None
+        self.layout = plan_layout(mapping)
+
+    @property
+    def dataset_rel(self) -> str:
+        return ""
+
+    def commit_files(self) -> list[str]:
+        return [MANIFEST]
+
+    # ---- options ------------------------------------------------------------------------------------------------
+    def fps(self, inv: Inventory | None = None, source_fps: float = 0.0) -> float:
+        """The output's frame rate: target.options.fps, else the source's (the inventory's, or the one a canonical
+        episode carries); refused when neither is known."""
+        if inv is not None:
+            source_fps = inv.fps or 0.0
+        fps = self.options.fps or (source_fps if source_fps > 0 else None)
+        if not fps:
+            where = f"the source ({inv.source_format}) records" if inv is not None else "the source records"
+            raise ConfigError(f"ORTF needs a frame rate and {where} none: pass one with "
+                              "--set target.options.fps=<frames per second>")
+        return float(fps)
+
+    def unit_options(self, inv: Inventory) -> dict[str, Any]:
+        opts = self.options.model_dump(exclude_unset=True)
+        opts["fps"] = self.fps(inv)
+        return opts
+
+    # ---- plan ---------------------------------------------------------------------------------------------------
+    def plan(self, refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_unit_mb: float,
+             min_units: int) -> list[Unit]:
+        """Size-balanced units (`plan_units`), each cut to at most `chunk_size` episodes; unit index = chunk id."""
+        size = self.options.chunk_size
+        pieces = [u.refs[k:k + size] for u in plan_units(refs, features, target_unit_mb, min_units)
+                  for k in range(0, len(u.refs), size)]
+        return [Unit(i, len(pieces), tuple(p)) for i, p in enumerate(pieces)]
+
+    def unit_filenames(self, unit: Unit) -> list[str]:
+        return [f"data/{chunk_name(unit.index, unit.num_shards)}/steps.parquet"]
+
+    def video_rel(self, cam: str, chunk: str, index: int) -> str:
+        return f"videos/{cam}/{chunk}/episode_{episode_id(index)}.mp4"
+
+    def open_unit(self, unit: Unit) -> ChunkSink:
+        return ChunkSink(self, unit)
+
+    # ---- finalize -----------------------------------------------------------------------------------------------
+    def task_table(self, results: list[UnitResult], inv: Inventory) -> list[str]:
+        """Global task ids: the reader's tasks first, then tasks first seen at write time, in episode order."""
+        table = list(dict.fromkeys(inv.tasks))
+        seen = set(table)
+        for r in results:
+            for row in r.extra.get("episodes", []):
+                for t in row["tasks"]:
+                    if t not in seen:
+                        seen.add(t)
+                        table.append(t)
+        return table
+
+    def _renumber_step_tasks(self, results: list[UnitResult], tasks: list[str]) -> None:
+        """Rewrite the per-step task ids of chunks written with chunk-local ids; update their ledger entries."""
+        ids = {t: i for i, t in enumerate(tasks)}
+        for r in results:
+            local = r.extra.get("step_tasks") or []
+            if not local or not r.filename:
+                continue
+            remap = np.array([ids[t] for t in local], dtype=np.int64)
+            if np.array_equal(remap, np.arange(len(local))):
+                continue
+            path = join(self.dataset_dir, r.filename)
+            table = pq.read_table(io.BytesIO(self.fs.cat_file(path)))
+            i = table.schema.get_field_index("task_id")
+            col = remap[table["task_id"].to_numpy()]
+            data = parquet_bytes(table.set_column(i, table.schema.field(i), pa.array(col, type=pa.int64())))
+            write_bytes_atomic(self.fs, path, data)
+            r.num_bytes, r.sha256 = len(data), hashlib.sha256(data).hexdigest()
+            r.extra["step_tasks"] = tasks[:int(remap.max()) + 1]
+
+    def build_meta(self, results: list[UnitResult], inv: Inventory) -> dict[str, bytes]:
+        """meta/ files from the unit results (pure: verify rebuilds them to find edits). Manifest last."""
+        results = sorted(results, key=lambda r: r.shard_index)
+        fps = self.fps(inv)
+        tasks = self.task_table(results, inv)
+        ids = {t: i for i, t in enumerate(tasks)}
+        cams = list(self.layout.cameras)
+        rows: list[dict[str, Any]] = []
+        start = 0
+        for r in results:
+            for row in r.extra.get("episodes", []):
+                n = int(row["length"])
+                rows.append({"episode_id": episode_id(int(row["index"])),
+                             "task_id": ids[row["tasks"][0]] if row["tasks"] else None,
+                             "start_step": start, "end_step": start + n, "length": n, "duration_seconds": n / fps,
+                             "success": None, "failure_reason": None, "operator_notes": "", "chunk_id": r.shard_index,
+                             "recorded_at": None, "video_files": row["videos"] or None, "audio_file": None,
+                             "source_metadata": row["meta"]})
+                start += n
+        if not cams:
+            for row in rows:
+                row.pop("video_files")
+        out = {EPISODES: parquet_bytes(pa.Table.from_pylist(rows, schema=episodes_schema(cams))),
+               TASKS: "".join(json.dumps({"task_id": i, "type": f"task_{i}", "instruction": t, "description": t})
+                              + "\n" for i, t in enumerate(tasks)).encode(),
+               STATS: json.dumps(self._stats(results), indent=2).encode()}
+        out[MANIFEST] = json.dumps(self.manifest(inv, len(rows), start, fps), indent=2).encode()
+        return out
+
+    def _stats(self, results: list[UnitResult]) -> dict[str, Any]:
+        merged: dict[str, dict[str, Any]] = {}
+        for r in results:
+            for col, s in r.extra.get("stats", {}).items():
+                m = merged.get(col)
+                arrs = {k: np.asarray(s[k], np.float64) for k in ("sum", "sumsq", "min", "max")}
+                if m is None:
+                    merged[col] = {"count": int(s["count"]), **arrs}
+                else:
+                    m["count"] += int(s["count"])
+                    m["sum"], m["sumsq"] = m["sum"] + arrs["sum"], m["sumsq"] + arrs["sumsq"]
+                    m["min"], m["max"] = np.minimum(m["min"], arrs["min"]), np.maximum(m["max"], arrs["max"])
+        out: dict[str, Any] = {}
+        for col in self.layout.columns.values():
+            m = merged.get(col)
+            if m is None or not m["count"]:
+                continue
+            mean = m["sum"] / m["count"]
+            std = np.sqrt(np.maximum(m["sumsq"] / m["count"] - mean * mean, 0.0))
+            out[col] = {"mean": mean.tolist(), "std": std.tolist(), "min": m["min"].tolist(),
+                        "max": m["max"].tolist(), "count": int(m["count"])}
+        return out
+
+    def manifest(self, inv: Inventory, episodes: int, steps: int, fps: float) -> dict[str, Any]:
+        shapes = {col: self.layout.field_of(self.mapping, t).shape for t, col in self.layout.columns.items()}
+        action_dim = int(np.prod(shapes["action"] or [1])) if "action" in shapes else 0
+        state = {col[len("observation.state."):]: {"dim": int(np.prod(shape or [1])), "units": "unknown"}
+                 for col, shape in shapes.items() if col.startswith("observation.state.")}
+        sensors, images = [], {}
+        for cam, fm in self.layout.cameras.items():
+            h, w = fm.shape[:2]
+            depth = fm.dtype == "uint16"
+            sensor = {"name": f"{cam}_depth" if depth else f"{cam}_rgb",
+                      "type": "depth_camera" if depth else "camera", "mount": "unknown",
+                      "resolution": {"width": w, "height": h}, "fps": fps, "encoding": "ffv1" if depth else "h264"}
+            if depth:
+                sensor.update({"bit_depth": 16, "depth_units": "millimeters"})
+            sensors.append(sensor)
+            images[cam] = sensor["name"]
+        title = self.options.name or inv.dataset_name
+        return {
+            "ortf_version": ORTF_VERSION,
+            "dataset_id": str(uuid.uuid5(uuid.NAMESPACE_URL, f"robo-ray:{inv.source_format}:{title}")),
+            "name": title,
+            "description": f"Converted by robo-ray from {inv.source_format} {inv.source_version}",
+            "created_at": self.options.created_at or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "license": "unknown",
+            "robot": {"id": inv.robot_type or "unknown", "name": inv.robot_type or "unknown", "type": "unknown",
+                      "dof": action_dim, "joints": []},
+            "action_space": {"type": "unknown", "frame": "unknown", "control_frequency_hz": fps,
+                             "dimensions": [{"name": f"a{i}", "index": i, "type": "continuous", "units": "unknown"}
+                                            for i in range(action_dim)]},
+            "observation_space": {"state": state, "images": images},
+            "sensors": sensors,
+            "frames": {"world": {"type": "fixed", "convention": "z_up", "description": "unknown source frame"}},
+            "collection": {"operator": "unknown", "interface": "converted by robo-ray",
+                           "source_format": f"{inv.source_format} {inv.source_version}"},
+            "statistics": {"total_episodes": episodes, "total_steps": steps,
+                           "total_duration_hours": steps / fps / 3600.0},
+            "timestamp_reference": "episode_start",
+            "sync_tolerance_ms": round(500.0 / fps, 3),
+            "video_lossless": self.options.lossless,
+        }
+
+    def finalize(self, results: list[UnitResult], inv: Inventory) -> dict[str, Any]:
+        """Renumber per-step task ids where needed, then episodes.parquet, tasks.jsonl, stats.json and
+        manifest.json last (the commit)."""
+        results = sorted(results, key=lambda r: r.shard_index)
+        self._renumber_step_tasks(results, self.task_table(results, inv))
+        meta = self.build_meta(results, inv)
+        for name in (EPISODES, TASKS, STATS, MANIFEST):
+            write_bytes_atomic(self.fs, join(self.dataset_dir, name), meta[name])
+        return json.loads(meta[MANIFEST])
+
+    def verify(self, ctx: VerifyContext, res: Any) -> None:
+        from robo_ray.formats.ortf.verify import OrtfVerifier
+
+        OrtfVerifier(self, ctx).run(res)
+
+    def usage(self) -> list[str]:
+        return ["```python", "from robo_ray.readers import open_reader", "",
+                f"reader = open_reader('{self.out_url}', 'ortf')", "inventory = reader.discover()",
+                "episode = reader.load_episode(inventory.refs[0])  # columns as numpy, videos referenced",
+                "", "import pyarrow.parquet as pq",
+                f"steps = pq.read_table('{self.out_url}/data/chunk-000/steps.parquet')", "```"]
+
+
+# ---- Python API -------------------------------------------------------------------------------------------------
+def write_ortf(source_url: str, out_url: str, *, source_format: str | None = None,
+               storage_options: dict[str, Any] | None = None, out_storage_options: dict[str, Any] | None = None,
+               max_episodes: int | None = None, fps: float | None = None, lossless: bool = False, crf: int = 18,
+               chunk_size: int = 1000, name: str | None = None, overwrite: bool = False,
+               created_at: str | None = None) -> OrtfWriteResult:
+    """Convert a source dataset to ORTF v0.2 at `out_url` (the whole pipeline, in-process: discover, plan, convert,
+    finalize, validate, reports beside the dataset). Quarantined episodes are returned, not raised; a dataset that
+    fails validation raises ValidationFailed."""
+    from robo_ray.config import JobConfig
+    from robo_ray.errors import ValidationFailed
+    from robo_ray.stages.pipeline import run_pipeline
+
+    options: dict[str, Any] = {"lossless": lossless, "crf": crf, "chunk_size": chunk_size}
+    for k, v in (("fps", fps), ("name", name), ("created_at", created_at)):
+        if v is not None:
+            options[k] = v
+    try:
+        cfg = JobConfig.model_validate({
+            "source": {"url": source_url, "format": source_format, "storage_options": storage_options or {}},
+            "target": {"url": out_url, "format": "ortf", "options": options,
+                       "storage_options": out_storage_options or {}},
+            "images": {"encoding": "png"}, "max_episodes": max_episodes,
+            "convert": {"max_quarantine_fraction": 1.0}})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"invalid argument {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    outcome = run_pipeline(cfg, overwrite=overwrite, stderr=io.StringIO())
+    if not outcome.validation_passed:
+        raise ValidationFailed(outcome.message)
+    fs, root = url_to_fs(out_url, out_storage_options)
+    manifest = json.loads(fs.cat_file(join(root, MANIFEST)))
+    files = sorted(posixpath.relpath(p, root.rstrip("/") or "/") for top in OrtfWriter.OUTPUTS
+                   if fs.exists(join(root, top)) for p in fs.find(join(root, top)))
+    return OrtfWriteResult(out_url, int(manifest["statistics"]["total_episodes"]),
+                           int(manifest["statistics"]["total_steps"]), list(manifest["observation_space"]["images"]),
+                           files, outcome.quarantined)
