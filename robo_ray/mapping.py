@@ -1,9 +1,11 @@
 """The Spec stage's product: how each source feature becomes an RLDS feature (schema as data, editable as YAML).
 
-Defaults (DESIGN §6): `observation.state` -> `observation/state`; `action` -> `action`; one camera ->
-`observation/image`, several -> `observation/image_<last part of key>`; other `observation.*` ->
-`observation/<rest with dots as _>`; `next.reward` -> `reward`, `next.done` -> `is_terminal`; task text ->
-`language_instruction`. Images are JPEG quality 95 unless configured.
+The default mapping is format-neutral: every reader declares what each feature is (`FeatureSpec.role`) and its
+canonical name (`FeatureSpec.name`, e.g. `observation/state`, `observation/image_wrist`, `action`), and the
+inventory says which episode metadata the reader gives and where the language comes from. Data features (state,
+observation, action, camera, depth, other) become step features under their canonical name; reward / discount /
+is_first / is_last / terminal features feed the RLDS step fields (`defaults`); bookkeeping and text features are
+listed under `dropped` with the reader's reason. Images are JPEG quality 95 unless configured.
 """
 from __future__ import annotations
 
@@ -14,18 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from robo_ray.episode import FeatureSpec
 from robo_ray.errors import ConfigError
-from robo_ray.readers.base import Inventory
+from robo_ray.readers.base import BUILTIN_METADATA, DATA_ROLES, Inventory, MetaType, canonical_path
 
 STEP_FLAGS = ("is_first", "is_last", "is_terminal")
 _TARGET_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$")
-# Source keys that are lerobot bookkeeping, not data; recorded in mapping.md as intentionally not mapped.
-LEROBOT_BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
-# Non-standard spellings seen in real datasets (e.g. open50: `actions`, `state`, `image`).
-ALIASES = {"actions": "action", "state": "observation/state", "observation.states": "observation/state"}
-
-
-MetaType = Literal["int", "float", "text", "bool"]
-BUILTIN_METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text"}
+# roles that feed an RLDS step field instead of becoming a step feature: role -> the Defaults field naming the source
+SOURCE_ROLES = {"reward": "reward_source", "discount": "discount_source", "is_first": "is_first_source",
+                "is_last": "is_last_source", "terminal": "is_terminal_source"}
 
 
 class FieldMap(BaseModel):
@@ -42,6 +39,7 @@ class FieldMap(BaseModel):
     encoding: Literal["jpeg", "png"] | None = None  # images: None = images.encoding
     source_shape: list[int] | None = None  # images: HWC of the source frames
     source_codec: str | None = None  # images: video codec, or "image" for encoded images in the parquet
+    role: str | None = None  # the source feature's role (FeatureSpec.role): state, action, camera, depth, ...
 
     @field_validator("target")
     @classmethod
@@ -61,8 +59,8 @@ class Defaults(BaseModel):
     is_terminal: bool = False
     reward_source: str | None = None
     is_terminal_source: str | None = None
-    language_source: str = "task"  # "task" = the frame's task text (task_index), "" = none
-    # per-step columns for the other RLDS step fields (None = constant / first-last rule); Minari and ORTF use them
+    language_source: str = "task"  # "task" = the step's task text (Episode.step_tasks), "" = none
+    # per-step columns for the other RLDS step fields (None = constant / first-last rule)
     discount_source: str | None = None
     is_first_source: str | None = None
     is_last_source: str | None = None
@@ -190,62 +188,52 @@ def sanitize_name(name: str) -> str:
     return s if s[0].isalpha() else f"ds_{s}"
 
 
-def _camera_target(key: str, n_cameras: int) -> str:
-    if n_cameras == 1:
-        return "observation/image"
-    last = re.sub(r"[^0-9a-zA-Z_]", "_", key.split(".")[-1]) or "cam"
-    return f"observation/image_{last}"
-
-
-def _tensor_target(key: str) -> str | None:
-    if key in ALIASES:
-        return ALIASES[key]
-    if key == "action":
-        return "action"
-    if key == "observation.state":
-        return "observation/state"
-    if key.startswith("observation."):
-        rest = re.sub(r"[^0-9a-zA-Z_]", "_", key[len("observation."):])
-        return f"observation/{rest}"
-    return None
+def _role_of(feat: FeatureSpec) -> str:
+    if feat.role is not None:
+        return feat.role
+    if feat.kind in ("image", "video"):
+        return "depth" if feat.dtype == "uint16" else "camera"
+    return "other"
 
 
 def default_mapping(inv: Inventory, images: ImageOptions | None = None, name: str | None = None) -> Mapping:
-    """The DESIGN §6 default mapping for an inventory (per-format rules for Minari and ORTF)."""
+    """The default mapping of an inventory, from the roles and canonical names its reader declared (DESIGN §6):
+    data features -> step features named as declared (images: uint8 JPEG/PNG, 16-bit depth: uint16 PNG; tensors
+    narrowed to float32 / int64 as TFRecord stores them, scalars shape []); step-field roles -> `defaults`
+    sources; everything else (bookkeeping, text) -> `dropped` with the reader's note."""
     images = images or ImageOptions()
-    if inv.source_format == "minari":
-        return _minari_mapping(inv, images, name)
-    if inv.source_format == "ortf":
-        return _ortf_mapping(inv, images, name)
-    cams = [f for f in inv.features.values() if f.kind in ("image", "video")]
     steps: list[FieldMap] = []
     dropped: dict[str, str] = {}
-    defaults = Defaults()
+    defaults = Defaults(language_source=inv.language_source)
     for key, feat in inv.features.items():
-        if key in LEROBOT_BOOKKEEPING:
-            dropped[key] = "bookkeeping column (step order, indices, task via language_instruction)"
+        role = _role_of(feat)
+        if role in SOURCE_ROLES and feat.kind == "tensor":
+            field = SOURCE_ROLES[role]
+            if getattr(defaults, field) is None:
+                setattr(defaults, field, key)
+            else:
+                dropped[key] = f"a second {role} source (`{getattr(defaults, field)}` is used)"
             continue
+        if role not in DATA_ROLES or feat.kind == "string":
+            dropped[key] = feat.note or ("text feature (no tensor form); kept out" if feat.kind == "string" else
+                                         f"{role} feature: not step data")
+            continue
+        target = feat.name or canonical_path("", key.replace(".", "/")) or "feature"
         if feat.kind in ("image", "video"):
-            fm = _image_map(key, feat, _camera_target(key, len(cams)))
-            if feat.declared_shape and feat.declared_shape != feat.shape:
-                fm.transform = "CHW->HWC"  # LeRobot declares some cameras [C, H, W]
-            steps.append(fm)
-            continue
-        if key == "next.reward" and feat.kind == "tensor":
-            defaults.reward_source = key
-            continue
-        if key == "next.done" and feat.kind == "tensor":
-            defaults.is_terminal_source = key
-            continue
-        if feat.kind == "string":
-            dropped[key] = "string feature (no RLDS tensor form); kept out"
-            continue
-        fm = _tensor_map(key, feat, _tensor_target(key) or f"observation/{re.sub(r'[^0-9a-zA-Z_]', '_', key)}")
-        if fm.shape == [1] and key not in ("action", "observation.state"):
-            fm.shape = []  # LeRobot stores shape [1] features as scalar columns
+            fm = _image_map(key, feat, target)
+            if feat.channels_first:
+                fm.transform = "CHW->HWC"
+        else:
+            fm = _tensor_map(key, feat, target)
+            if feat.scalar:
+                fm.shape = []
+        fm.role = role
         steps.append(fm)
+    meta = dict(inv.metadata_types)
     return Mapping(dataset_name=name or sanitize_name(inv.dataset_name), source_format=inv.source_format,
                    source_version=inv.source_version, steps=steps, defaults=defaults, images=images,
+                   episode_metadata=list(meta),
+                   episode_metadata_types={k: v for k, v in meta.items() if k not in BUILTIN_METADATA},
                    dropped=dropped)
 
 
@@ -264,26 +252,6 @@ def _target_dtype(dtype: str) -> tuple[str, str]:
     return "float32", f"{dtype}->float32"
 
 
-# ---- Minari and ORTF rules ------------------------------------------------------------------------------------
-MINARI_METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text", "seed": "int"}
-ORTF_METADATA: dict[str, MetaType] = {
-    "episode_id": "int", "file_path": "text", "ortf_episode_id": "text", "task_id": "int", "success": "int",
-    "failure_reason": "text", "operator_notes": "text", "recorded_at": "text", "duration_seconds": "float",
-    "annotations": "text"}
-ORTF_BOOKKEEPING = {"episode_id", "step_index", "timestamp", "task_id"}
-
-
-def _segment(part: str) -> str:
-    """One path segment as a target identifier: `_index_0` -> `index_0`, `0` -> `f0`."""
-    s = re.sub(r"[^0-9A-Za-z_]", "_", part).strip("_") or "f"
-    return s if s[0].isalpha() else f"f{s}"
-
-
-def _path_target(prefix: str, rest: str, sep: str = "/") -> str:
-    parts = [_segment(p) for p in rest.split(sep) if p]
-    return "/".join([prefix, *parts]) if prefix else "/".join(parts)
-
-
 def _tensor_map(key: str, feat: FeatureSpec, target: str) -> FieldMap:
     dtype, transform = _target_dtype(feat.dtype)
     return FieldMap(source=key, target=target, kind="tensor", dtype=dtype, shape=list(feat.shape),
@@ -296,104 +264,3 @@ def _image_map(key: str, feat: FeatureSpec, target: str) -> FieldMap:
     return FieldMap(source=key, target=target, kind="image", dtype="uint16" if depth else "uint8",
                     shape=list(feat.shape), encoding="png" if depth else None, source_shape=list(feat.shape),
                     source_codec=codec)
-
-
-def _finish(inv: Inventory, images: ImageOptions, name: str | None, steps: list[FieldMap], defaults: Defaults,
-            dropped: dict[str, str], meta: dict[str, MetaType]) -> Mapping:
-    seen: dict[str, int] = {}
-    for fm in steps:  # sanitised names may collide (`a.b` and `a_b`): suffix the later ones
-        n = seen.get(fm.target, 0)
-        seen[fm.target] = n + 1
-        if n:
-            fm.target = f"{fm.target}_{n + 1}"
-    extra = {k: v for k, v in meta.items() if k not in BUILTIN_METADATA}
-    return Mapping(dataset_name=name or sanitize_name(inv.dataset_name), source_format=inv.source_format,
-                   source_version=inv.source_version, steps=steps, defaults=defaults, images=images,
-                   episode_metadata=list(meta), episode_metadata_types=extra, dropped=dropped)
-
-
-def _minari_mapping(inv: Inventory, images: ImageOptions, name: str | None) -> Mapping:
-    """Minari: one Box observation -> observation/state (image: observation/image), Dict/Tuple subspaces ->
-    observation/<key>; actions -> action; rewards -> reward; terminations/truncations -> terminated/truncated;
-    infos/<k> -> info/<k>; is_terminal and discount are the reader's per-step columns (T+1 layout)."""
-    steps: list[FieldMap] = []
-    dropped: dict[str, str] = {}
-    defaults = Defaults(reward_source="rewards", is_terminal_source="is_terminal", discount_source="discount",
-                        language_source="")
-    for key, feat in inv.features.items():
-        if key in ("rewards", "is_terminal", "discount"):
-            continue
-        if feat.kind == "string":
-            dropped[key] = "text space (no RLDS tensor form); kept out"
-            continue
-        head, _, rest = key.partition("/")
-        if head == "observations":
-            if feat.kind in ("image", "video"):
-                target = _path_target("observation", rest) if rest else "observation/image"
-                steps.append(_image_map(key, feat, target))
-                continue
-            target = _path_target("observation", rest) if rest else "observation/state"
-        elif head == "actions":
-            target = _path_target("action", rest) if rest else "action"
-        elif key == "terminations":
-            target = "terminated"
-        elif key == "truncations":
-            target = "truncated"
-        elif head == "infos":
-            target = _path_target("info", rest)
-        else:
-            target = _path_target("", key)
-        if feat.kind in ("image", "video"):
-            steps.append(_image_map(key, feat, target))
-        else:
-            steps.append(_tensor_map(key, feat, target))
-    return _finish(inv, images, name, steps, defaults, dropped, dict(MINARI_METADATA))
-
-
-def _ortf_mapping(inv: Inventory, images: ImageOptions, name: str | None) -> Mapping:
-    """ORTF: action -> action; observation.state (the concatenated state, or the single `state` component) ->
-    observation/state, other components -> observation/<component>; one camera -> observation/image, several ->
-    observation/image_<camera>; depth cameras -> observation/depth[_<camera>] (uint16 PNG); boundary flags,
-    reward and discount from the step columns; instruction from tasks.jsonl."""
-    steps: list[FieldMap] = []
-    dropped: dict[str, str] = {}
-    defaults = Defaults(is_first_source="is_first", is_last_source="is_last", is_terminal_source="is_terminal")
-    rgb = [k for k, f in inv.features.items() if f.kind in ("image", "video") and f.dtype != "uint16"]
-    depth = [k for k, f in inv.features.items() if f.kind in ("image", "video") and f.dtype == "uint16"]
-    has_state = "observation.state" in inv.features
-    for key, feat in inv.features.items():
-        if key in ("is_first", "is_last", "is_terminal"):
-            continue
-        if key in ORTF_BOOKKEEPING or key.endswith(".frame_index"):
-            dropped[key] = "bookkeeping column (episode rows, step order, video frame index, task via " \
-                           "language_instruction)"
-            continue
-        if key == "reward" and feat.kind == "tensor":
-            defaults.reward_source = key
-            continue
-        if key == "discount" and feat.kind == "tensor":
-            defaults.discount_source = key
-            continue
-        if feat.kind == "string":
-            dropped[key] = "string column (no RLDS tensor form); kept out"
-            continue
-        if feat.kind in ("image", "video"):
-            cam = key.rsplit(".", 1)[-1]
-            group = depth if key in depth else rgb
-            base = "observation/depth" if key in depth else "observation/image"
-            steps.append(_image_map(key, feat, base if len(group) == 1 else f"{base}_{_segment(cam)}"))
-            continue
-        if key == "observation.state":
-            target = "observation/state"
-        elif key.startswith("observation.state."):
-            comp = key[len("observation.state."):]
-            if comp == "state" and not has_state:
-                target = "observation/state"
-            else:
-                target = _path_target("observation", comp, ".")
-        elif key.startswith("observation."):
-            target = _path_target("observation", key[len("observation."):], ".")
-        else:
-            target = _path_target("", key, ".")
-        steps.append(_tensor_map(key, feat, target))
-    return _finish(inv, images, name, steps, defaults, dropped, dict(ORTF_METADATA))

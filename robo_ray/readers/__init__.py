@@ -1,4 +1,5 @@
-"""Source readers: REGISTRY maps a format name to a dotted class path; `open_reader` detects the format.
+"""Source readers: REGISTRY maps a format name to a dotted class path (a `BaseReader` subclass); `open_reader`
+detects the format by asking each registered reader, in order, whether it recognises the source (`sniff`).
 
 A source is a dataset folder on any fsspec URL. Minari sources may also be given as their
 `.../data/main_data.hdf5` path or as a dataset id (`pointmaze/umaze-random-v0`, or without `-vN` for the newest
@@ -8,18 +9,26 @@ from __future__ import annotations
 
 import importlib
 import os
-import posixpath
 import re
 from typing import Any
 
-from robo_ray.errors import SourceNotFound, UnknownFormat
-from robo_ray.readers.base import Reader
-from robo_ray.storage import join, url_to_fs
+from robo_ray.errors import ConfigError, SourceNotFound, UnknownFormat
+from robo_ray.readers.base import BaseReader
+from robo_ray.storage import url_to_fs
 
+# Detection asks the readers in this order: the first whose `sniff` says yes reads the source.
 REGISTRY: dict[str, str] = {
     "lerobot": "robo_ray.formats.lerobot.reader:LeRobotReader",
-    "minari": "robo_ray.formats.minari.reader:MinariReader",
     "ortf": "robo_ray.formats.ortf.reader:OrtfReader",
+    "minari": "robo_ray.formats.minari.reader:MinariReader",
+    "rlds": "robo_ray.formats.rlds.reader:RldsReader",
+}
+# What to install when a reader's module cannot be imported (shown with the ImportError; a format whose
+# dependencies are missing is skipped by detection and named in its "unknown format" error).
+INSTALL_HINTS: dict[str, str] = {
+    "lerobot": "pip install pyarrow av",
+    "ortf": "pip install pyarrow av",
+    "minari": "pip install h5py (the minari package itself is not needed)",
 }
 
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -30,6 +39,17 @@ _VERSION = re.compile(r"-v(\d+)$")
 def _load(dotted: str) -> type:
     module, _, name = dotted.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def reader_class(fmt: str) -> type[BaseReader]:
+    """The reader class registered for `fmt`; a missing dependency is one ConfigError with the install hint."""
+    if fmt not in REGISTRY:
+        raise UnknownFormat(f"unknown source format {fmt!r}; known: {', '.join(sorted(REGISTRY))}")
+    try:
+        return _load(REGISTRY[fmt])
+    except ImportError as exc:
+        hint = INSTALL_HINTS.get(fmt)
+        raise ConfigError(f"the {fmt} reader cannot be loaded ({exc})" + (f": {hint}" if hint else "")) from exc
 
 
 def minari_root() -> str:
@@ -69,29 +89,35 @@ def resolve_source(url: str, storage_options: dict[str, Any] | None = None) -> s
 
 
 def detect_format(url: str, storage_options: dict[str, Any] | None = None) -> str:
-    """Name the source format from its files: meta/info.json -> lerobot, meta/manifest.json -> ortf,
-    data/main_data.hdf5 or data/metadata.json (or a .hdf5 file) -> minari."""
+    """Name the source format: the first registered reader whose `sniff` recognises the source (a reader whose
+    dependencies are missing is skipped, and named in the error when no reader recognises the source)."""
     url = resolve_source(url, storage_options)
     fs, root = url_to_fs(url, storage_options)
+    hints: list[str] = []
+    file_hints: list[str] = []
+    unloadable: list[str] = []
+    for fmt in REGISTRY:
+        try:
+            cls = reader_class(fmt)
+        except ConfigError as exc:
+            unloadable.append(str(exc))
+            continue
+        if cls.sniff(fs, root):
+            return fmt
+        hints.append(getattr(cls, "sniff_hint", "") or f"{fmt} dataset files")
+        if getattr(cls, "sniff_file_hint", None):
+            file_hints.append(cls.sniff_file_hint)
+    skipped = "".join(f"; not checked: {u}" for u in unloadable)
     if fs.isfile(root):
-        if root.endswith(".hdf5"):
-            return "minari"
-        raise UnknownFormat(f"unknown source format at {url}: a file, and not a Minari main_data.hdf5")
-    if fs.exists(join(root, "meta", "info.json")):
-        return "lerobot"
-    if fs.exists(join(root, "meta", "manifest.json")):
-        return "ortf"
-    for base in (join(root, "data"), root):
-        if fs.exists(join(base, "main_data.hdf5")) or (fs.exists(join(base, "metadata.json"))
-                                                       and posixpath.basename(base) == "data"):
-            return "minari"
-    raise UnknownFormat(f"unknown source format at {url}: no meta/info.json (LeRobot), meta/manifest.json (ORTF) "
-                        "or data/main_data.hdf5 / data/metadata.json (Minari) found")
+        what = f"a file, and not {' or '.join(file_hints)}" if file_hints else "a file, not a dataset folder"
+        raise UnknownFormat(f"unknown source format at {url}: {what}{skipped}")
+    listed = ", ".join(hints[:-1]) + f" or {hints[-1]}" if len(hints) > 1 else "".join(hints) or "dataset files"
+    raise UnknownFormat(f"unknown source format at {url}: no {listed} found{skipped}")
 
 
-def open_reader(url: str, fmt: str | None = None, storage_options: dict[str, Any] | None = None) -> Reader:
-    if fmt is not None and fmt not in REGISTRY:
-        raise UnknownFormat(f"unknown source format {fmt!r}; known: {', '.join(sorted(REGISTRY))}")
+def open_reader(url: str, fmt: str | None = None, storage_options: dict[str, Any] | None = None) -> BaseReader:
+    if fmt is not None:
+        reader_class(fmt)  # an unknown name or a missing dependency, before touching the source
     url = resolve_source(url, storage_options)
     fmt = fmt or detect_format(url, storage_options)
-    return _load(REGISTRY[fmt])(url, storage_options=storage_options)
+    return reader_class(fmt)(url, storage_options=storage_options)

@@ -1,13 +1,65 @@
-"""Reader plug-in interface and the inventory it produces (Discover's result)."""
+"""The reader plug-in contract: one base class for every source format, and the inventory it produces.
+
+`BaseReader` does what every reader needs and must do the same way: the filesystem and root of the source URL,
+dataset-relative paths, size-limited metadata reads (JSON, JSON lines, parquet), and turning a storage failure
+(network, credentials, a bucket that is gone) into one clear error naming the URL. A format subclasses it and
+declares `format_name`, how its datasets are recognised (`sniff`), and what each feature is (`FeatureSpec.role`,
+`name`, `scalar`, `note`): the Spec stage maps features by those declarations, never by a format's name.
+"""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Iterator, Literal, Protocol
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
-from robo_ray.errors import SourceFormatError
-from robo_ray.storage import join
+from robo_ray.errors import DataCorrupt, DataMissing, RoboRayError, SourceFormatError, SourceNotFound, UnsafeInput
+from robo_ray.safety import MAX_JSON_BYTES
+from robo_ray.storage import is_transport_error, join, open_input, storage_error, url_of, url_to_fs
+
+# Episode metadata: the type of each key a reader puts in `Episode.metadata` (targets store int / float / text /
+# bool). `episode_id` (the episode index) and `file_path` (its data file, relative to the source root) every reader
+# gives.
+MetaType = Literal["int", "float", "text", "bool"]
+BUILTIN_METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text"}
+
+# Roles whose features are per-step data placed under their canonical name; the others are RLDS-style step fields
+# (reward, discount, is_first, is_last, terminal), or not step data (language, metadata, bookkeeping).
+DATA_ROLES = frozenset({"state", "observation", "action", "camera", "depth", "other"})
+
+
+def identifier(part: str) -> str:
+    """One part of a canonical name as an identifier: other characters -> `_`, outer `_` stripped, a leading
+    digit prefixed (`_index_0` -> `index_0`, `0` -> `f0`, `a-b` -> `a_b`)."""
+    s = re.sub(r"[^0-9A-Za-z_]", "_", part).strip("_") or "f"
+    return s if s[0].isalpha() else f"f{s}"
+
+
+def canonical_path(prefix: str, rest: str, sep: str = "/") -> str:
+    """`prefix` and the `sep`-separated parts of `rest` as a "/"-separated canonical name of identifiers."""
+    parts = [identifier(p) for p in rest.split(sep) if p]
+    return "/".join([prefix, *parts]) if prefix else "/".join(parts)
+
+
+def is_step_data(feat: FeatureSpec) -> bool:
+    """A feature that becomes a step feature under its canonical name (text has no tensor form: it never does)."""
+    return feat.kind != "string" and (feat.role is None or feat.role in DATA_ROLES)
+
+
+def unique_names(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
+    """`features` with later duplicate canonical names among the step data suffixed `_2`, `_3`, ... in feature
+    order (sanitised names collide: `a.b` and `a_b` both give `a_b`)."""
+    seen: dict[str, int] = {}
+    out: dict[str, FeatureSpec] = {}
+    for key, feat in features.items():
+        if feat.name and is_step_data(feat):
+            n = seen.get(feat.name, 0)
+            seen[feat.name] = n + 1
+            if n:
+                feat = replace(feat, name=f"{feat.name}_{n + 1}")
+        out[key] = feat
+    return out
 
 
 @dataclass
@@ -35,29 +87,42 @@ class Inventory:
     source_version: str
     episodes_count: int
     total_steps: int
-    features: dict[str, FeatureSpec]
+    features: dict[str, FeatureSpec]  # each with the reader's role / canonical name (FeatureSpec)
     refs: list[EpisodeRef]
     fps: float
     robot_type: str | None = None
     tasks: list[str] = field(default_factory=list)
     declared: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    # the keys of every episode's `Episode.metadata`, in order, with their types
+    metadata_types: dict[str, MetaType] = field(default_factory=lambda: dict(BUILTIN_METADATA))
+    # where each step's language comes from: "task" = `Episode.step_tasks` (the source's task text), "" = none
+    language_source: str = "task"
 
 
 class Reader(Protocol):
-    """A source format: discover the episodes, then load one planned episode at a time."""
+    """What the stages use of a reader (`BaseReader` implements it)."""
 
     format_name: str
+    features: dict[str, FeatureSpec]
 
     def discover(self) -> Inventory: ...
 
     def load_episode(self, ref: EpisodeRef) -> Episode: ...
 
-    def open_binary(self, relpath: str): ...
+    def open_binary(self, rel: str, sequential: bool = True): ...
+
+    def exists(self, rel: str) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class DatasetFiles:
-    """Dataset-relative file access shared by the readers (needs `self.fs` and `self.root`)."""
+    """Dataset-relative file access with guarded reads (needs `self.fs` and `self.root`).
+
+    Every call that touches storage maps a transport failure that survived the client's retries (connection,
+    timeout, 5xx, access denied) to one `StorageError` naming the URL (robo_ray.storage.storage_error): a failing
+    store is never mistaken for a missing or corrupt file."""
 
     fs: Any
     root: str
@@ -65,16 +130,81 @@ class DatasetFiles:
     def path(self, rel: str) -> str:
         return join(self.root, rel)
 
-    def exists(self, rel: str) -> bool:
-        return self.fs.exists(self.path(rel))
+    def url_for(self, rel: str) -> str:
+        """The full URL of a dataset file (for messages)."""
+        return url_of(self.fs, self.path(rel))
 
-    def open_binary(self, rel: str):
-        return self.fs.open(self.path(rel), "rb")
+    def _storage_error(self, exc: BaseException, path: str, action: str) -> BaseException:
+        """`exc` as one StorageError naming the URL when it is a storage failure; else `exc` itself."""
+        if is_transport_error(exc):
+            return storage_error(exc, url_of(self.fs, path), action, self.fs)
+        return exc
+
+    def _exists(self, p: str) -> bool:
+        """Whether a full path exists; a storage failure is an error, not False."""
+        try:
+            return self.fs.exists(p)
+        except Exception as exc:  # noqa: BLE001 - a transport failure names the URL; anything else is a bug
+            mapped = self._storage_error(exc, p, "checking")
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def exists(self, rel: str) -> bool:
+        return self._exists(self.path(rel))
+
+    def open_binary(self, rel: str, sequential: bool = True):
+        """A seekable binary file: local files as they are; remote ones read in bounded ranged blocks (`sequential`,
+        for PyAV, HDF5, parquet footers) or one ranged read per call. FileNotFoundError is left to the caller
+        (missing video, missing data: each its own code)."""
+        try:
+            return open_input(self.fs, self.path(rel), sequential=sequential)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            mapped = self._storage_error(exc, self.path(rel), "opening")
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def _read_bytes(self, rel: str, limit: int = MAX_JSON_BYTES) -> bytes:
+        """A whole (metadata) file, refused (RR301) when larger than `limit` before anything is read; a missing
+        file is a SourceFormatError (RR300)."""
+        p = self.path(rel)
+        if not self._exists(p):
+            raise SourceFormatError(f"{rel}: file is missing")
+        try:
+            size = self.fs.size(p)
+            if size is not None and size > limit:
+                raise UnsafeInput(f"{rel}: {size} bytes exceeds the {limit}-byte metadata limit")
+            with open_input(self.fs, p) as f:
+                data = f.read(limit + 1)
+        except Exception as exc:  # noqa: BLE001
+            mapped = self._storage_error(exc, p, "reading")
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        if len(data) > limit:  # the file grew since `size`
+            raise UnsafeInput(f"{rel}: more than {limit} bytes exceeds the {limit}-byte metadata limit")
+        return data
+
+    def _read_json(self, rel: str, limit: int = MAX_JSON_BYTES) -> Any:
+        """A JSON file read with `_read_bytes`; invalid JSON or text is one SourceFormatError naming the file."""
+        try:
+            return json.loads(self._read_bytes(rel, limit))
+        except json.JSONDecodeError as exc:
+            raise SourceFormatError(f"{rel}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        except UnicodeDecodeError as exc:
+            raise SourceFormatError(f"{rel}: not valid JSON (not UTF-8 text: {exc.reason} at byte {exc.start})") \
+                from exc
 
     def _read_jsonl(self, rel: str) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(line number, object) of each non-blank line of a JSON-lines file read with the reader's `_read_bytes`
-        (size-limited); a line that is not a JSON object is one SourceFormatError naming file and line."""
-        text = self._read_bytes(rel).decode("utf-8")  # type: ignore[attr-defined]
+        """(line number, object) of each non-blank line of a JSON-lines file read with `_read_bytes` (size-limited);
+        a line that is not a JSON object is one SourceFormatError naming file and line."""
+        try:
+            text = self._read_bytes(rel).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SourceFormatError(f"{rel}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
         for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -86,11 +216,91 @@ class DatasetFiles:
                 raise SourceFormatError(f"{rel}:{lineno}: expected a JSON object")
             yield lineno, obj
 
+    def _read_parquet(self, rel: str, columns: list[str] | None = None,
+                      error: type[RoboRayError] = DataCorrupt) -> Any:
+        """A parquet file as a pyarrow Table; on object stores through ranged reads (footer, then the column chunks).
+        An unreadable file raises `error` (DataCorrupt EP202 for episode data; SourceFormatError for metadata a
+        dataset cannot be opened without), a missing one DataMissing (EP201), or SourceFormatError when `error` is
+        one."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        missing = SourceFormatError if issubclass(error, SourceFormatError) else DataMissing
+        p = self.path(rel)
+        if not self._exists(p):
+            raise missing(f"{rel}: parquet file is missing")
+        try:
+            with open_input(self.fs, p) as f:
+                return pq.read_table(f, columns=columns)
+        except FileNotFoundError as exc:
+            raise missing(f"{rel}: parquet file is missing") from exc
+        except Exception as exc:  # noqa: BLE001
+            mapped = self._storage_error(exc, p, "reading")
+            if mapped is not exc:  # the store failed after its retries: not a property of the episode
+                raise mapped from exc
+            if isinstance(exc, (pa.ArrowException, OSError)):
+                raise error(f"{rel}: unreadable parquet ({exc})") from exc
+            raise
+
     _last_table: tuple[str, Any] | None = None
 
     def last_table(self, rel: str) -> Any:
-        """`rel` read with the reader's `_read_parquet`, keeping only the last file read: units are file-ordered,
-        so a file holding many episodes (LeRobot v3.0, ORTF chunks) is read once per unit, not once per episode."""
+        """`rel` read with `_read_parquet`, keeping only the last file read: units are file-ordered, so a file
+        holding many episodes (LeRobot v3.0, ORTF chunks) is read once per unit, not once per episode."""
         if self._last_table is None or self._last_table[0] != rel:
-            self._last_table = (rel, self._read_parquet(rel))  # type: ignore[attr-defined]
+            self._last_table = (rel, self._read_parquet(rel))
         return self._last_table[1]
+
+
+class BaseReader(DatasetFiles):
+    """The base of every source reader.
+
+    A subclass declares `format_name`, `sniff_hint` (what `sniff` looks for, for the "unknown format" message) and
+    `sniff`, builds `self.features` (with roles and canonical names) in its `__init__` after calling this one, and
+    implements `discover` and `load_episode`. Readers are pickled to workers: state that cannot be (open files)
+    is dropped by `__getstate__` and reopened on use."""
+
+    format_name: ClassVar[str] = ""
+    sniff_hint: ClassVar[str] = ""  # e.g. "meta/info.json (LeRobot)"
+    sniff_file_hint: ClassVar[str | None] = None  # when the source may be a single file: e.g. "a Minari main_data.hdf5"
+
+    features: dict[str, FeatureSpec]
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.fs, path = url_to_fs(url, storage_options)
+        if not self._exists(path):
+            raise SourceNotFound(f"source not found: {url}")
+        self.root = self.dataset_root(path)
+
+    def dataset_root(self, path: str) -> str:
+        """The dataset folder for the path the URL names (a reader may accept a file inside it)."""
+        return path
+
+    @classmethod
+    def sniff(cls, fs: Any, root: str) -> bool:
+        """Whether the folder (or file) `root` on `fs` holds a dataset of this format: a few existence checks, no
+        parsing. Storage failures propagate."""
+        raise NotImplementedError
+
+    def discover(self) -> Inventory:
+        raise NotImplementedError
+
+    def load_episode(self, ref: EpisodeRef) -> Episode:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release open files and caches (the reader stays usable: files are reopened on use)."""
+        self._last_table = None
+
+    def __enter__(self) -> "BaseReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_last_table", None)  # a cache: not shipped to workers
+        return state

@@ -6,26 +6,32 @@ Video stays referenced (`VideoRef`): the convert stage decodes it.
 from __future__ import annotations
 
 import io
-import json
 import posixpath
-from typing import Any
+import re
+from dataclasses import replace
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, VideoRef
-from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnknownFormat, UnsafeInput
-from robo_ray.readers.base import DatasetFiles, Inventory
-from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_declared_counts,
-                             check_shape, render_path_template)
-from robo_ray.storage import is_transport_error, open_input, storage_error, url_of, url_to_fs
+from robo_ray.errors import DataCorrupt, SourceFormatError, UnknownFormat, UnsafeInput
+from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Inventory
+from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts, check_shape,
+                             render_path_template)
+from robo_ray.storage import join
 
 INFO = "meta/info.json"
 # declared totals: compared with the episode index (findings), but a value that is not a count is refused
 DECLARED_LIMITS = {"total_episodes": MAX_EPISODES, "total_frames": MAX_EPISODES * MAX_EPISODE_LENGTH,
                    "total_tasks": MAX_EPISODES * 16, "total_videos": MAX_EPISODES * 64, "total_chunks": MAX_EPISODES}
+# lerobot's own index columns: step order, episode/global indices, task via language_instruction (not data)
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+BOOKKEEPING_NOTE = "bookkeeping column (step order, indices, task via language_instruction)"
+STRING_NOTE = "string feature (no RLDS tensor form); kept out"
+# non-standard spellings seen in real datasets (e.g. open50: `actions`, `state`): (role, canonical name)
+ALIASES = {"actions": ("action", "action"), "state": ("state", "observation/state"),
+           "observation.states": ("state", "observation/state")}
 SUPPORTED_VERSIONS = ("v2.0", "v2.1", "v3.0")
 _CHANNEL_NAMES = ("channel", "channels", "c")
 
@@ -91,20 +97,63 @@ def parse_features(raw: Any) -> dict[str, FeatureSpec]:
                 raise SourceFormatError(f"meta/info.json: feature {key!r} has unknown dtype {dtype!r}") from exc
             shape = check_shape(key, feat.get("shape", [1]), INFO)
             out[key] = FeatureSpec(key, "tensor", str(np.dtype(dtype)), shape, feat.get("names"), shape)
+    return declare_features(out)
+
+
+def _ident(text: str) -> str:
+    return re.sub(r"[^0-9a-zA-Z_]", "_", text)
+
+
+def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
+    """Each feature's role and canonical name (DESIGN §6): `observation.state` -> observation/state; `action` ->
+    action; one camera -> observation/image, several -> observation/image_<last part of key>; other
+    `observation.*` -> observation/<rest, dots as _>, any other key -> observation/<key, dots as _>;
+    `next.reward` -> reward, `next.done` -> terminal; shape [1] columns other than action / observation.state are
+    scalars; lerobot's index columns are bookkeeping and text features have no tensor form."""
+    n_cams = sum(f.kind in ("image", "video") for f in features.values())
+    out: dict[str, FeatureSpec] = {}
+    for key, feat in features.items():
+        if key in BOOKKEEPING:
+            out[key] = replace(feat, role="bookkeeping", note=BOOKKEEPING_NOTE)
+        elif feat.kind in ("image", "video"):
+            name = "observation/image" if n_cams == 1 else f"observation/image_{_ident(key.split('.')[-1]) or 'cam'}"
+            out[key] = replace(feat, role="camera", name=name,
+                               channels_first=bool(feat.declared_shape) and feat.declared_shape != feat.shape)
+        elif key == "next.reward" and feat.kind == "tensor":
+            out[key] = replace(feat, role="reward", name="reward")
+        elif key == "next.done" and feat.kind == "tensor":
+            out[key] = replace(feat, role="terminal", name="is_terminal")
+        elif feat.kind == "string":
+            out[key] = replace(feat, role="other", note=STRING_NOTE)
+        else:
+            if key in ALIASES:
+                role, name = ALIASES[key]
+            elif key == "action":
+                role, name = "action", "action"
+            elif key == "observation.state":
+                role, name = "state", "observation/state"
+            elif key.startswith("observation."):
+                role, name = "observation", f"observation/{_ident(key[len('observation.'):])}"
+            else:
+                role, name = "other", f"observation/{_ident(key)}"
+            out[key] = replace(feat, role=role, name=name,  # type: ignore[arg-type]
+                               scalar=feat.shape == (1,) and key not in ("action", "observation.state"))
     return out
 
 
-class LeRobotReader(DatasetFiles):
+class LeRobotReader(BaseReader):
     """Reads a LeRobot dataset from any fsspec URL."""
 
     format_name = "lerobot"
+    sniff_hint: ClassVar[str] = "meta/info.json (LeRobot)"
+
+    @classmethod
+    def sniff(cls, fs: Any, root: str) -> bool:
+        return bool(fs.exists(join(root, INFO)))
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.url = url
-        self.fs, self.root = url_to_fs(url, storage_options)
-        if not self._exists(self.root):
-            raise SourceNotFound(f"source not found: {url}")
-        self.info = self._read_json("meta/info.json")
+        super().__init__(url, storage_options)
+        self.info = self._read_json(INFO)
         if not isinstance(self.info, dict):
             raise SourceFormatError("meta/info.json is not a JSON object")
         self.version = _parse_version(self.info.get("codebase_version"))
@@ -115,54 +164,6 @@ class LeRobotReader(DatasetFiles):
         self.fps = float(fps)
         check_declared_counts(INFO, self.info, DECLARED_LIMITS)
         self._tasks: list[str] | None = None
-
-    # ---- small I/O helpers (exists/open_binary add storage-error mapping to DatasetFiles') ---------------------
-    def url_for(self, rel: str) -> str:
-        """The full URL of a dataset file (for messages)."""
-        return url_of(self.fs, self.path(rel))
-
-    def _exists(self, p: str) -> bool:
-        try:
-            return self.fs.exists(p)
-        except Exception as exc:  # noqa: BLE001 - a transport failure names the URL; anything else is a bug
-            if is_transport_error(exc):
-                raise storage_error(exc, url_of(self.fs, p), "checking", self.fs) from exc
-            raise
-
-    def exists(self, rel: str) -> bool:
-        return self._exists(self.path(rel))
-
-    def open_binary(self, rel: str):
-        """A seekable file: local files as they are; remote ones read in bounded ranged blocks (for PyAV)."""
-        try:
-            return open_input(self.fs, self.path(rel), sequential=True)
-        except FileNotFoundError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            if is_transport_error(exc):
-                raise storage_error(exc, self.url_for(rel), "opening", self.fs) from exc
-            raise
-
-    def _read_bytes(self, rel: str, limit: int = MAX_JSON_BYTES) -> bytes:
-        p = self.path(rel)
-        if not self._exists(p):
-            raise SourceFormatError(f"{rel}: file is missing")
-        try:
-            size = self.fs.size(p)
-            if size is not None and size > limit:
-                raise UnsafeInput(f"{rel}: {size} bytes exceeds the {limit}-byte metadata limit")
-            with open_input(self.fs, p) as f:
-                return f.read(limit + 1)
-        except Exception as exc:  # noqa: BLE001
-            if is_transport_error(exc):
-                raise storage_error(exc, self.url_for(rel), "reading", self.fs) from exc
-            raise
-
-    def _read_json(self, rel: str) -> Any:
-        try:
-            return json.loads(self._read_bytes(rel))
-        except json.JSONDecodeError as exc:
-            raise SourceFormatError(f"{rel}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
 
     # ---- metadata ----------------------------------------------------------------------------------------------
     @property
@@ -196,23 +197,6 @@ class LeRobotReader(DatasetFiles):
             raise SourceFormatError(f"meta/tasks.parquet: expected task_index and task columns, found {names}")
         by_index = dict(zip(table["task_index"].to_pylist(), table[text_col].to_pylist()))
         return [str(by_index.get(i, "")) for i in range(max(by_index, default=-1) + 1)]
-
-    def _read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
-        """Read a parquet file; on object stores through ranged reads (footer, then the column chunks)."""
-        p = self.path(rel)
-        if not self._exists(p):
-            raise DataMissing(f"{rel}: parquet file is missing")
-        try:
-            with open_input(self.fs, p) as f:
-                return pq.read_table(f, columns=columns)
-        except FileNotFoundError as exc:
-            raise DataMissing(f"{rel}: parquet file is missing") from exc
-        except Exception as exc:  # noqa: BLE001
-            if is_transport_error(exc):  # the store failed after its retries: not a property of the episode
-                raise storage_error(exc, self.url_for(rel), "reading", self.fs) from exc
-            if isinstance(exc, (pa.ArrowException, OSError)):
-                raise DataCorrupt(f"{rel}: unreadable parquet ({exc})") from exc
-            raise
 
     def _render(self, template_key: str, **fields: Any) -> str:
         template = self.info.get(template_key)
@@ -303,7 +287,8 @@ class LeRobotReader(DatasetFiles):
             episodes_count=len(refs), total_steps=sum(r.length for r in refs), features=self.features, refs=refs,
             fps=self.fps, robot_type=self.info.get("robot_type"), tasks=self.tasks(),
             declared={k: self.info.get(k) for k in ("total_episodes", "total_frames", "total_tasks", "total_videos",
-                                                    "total_chunks", "chunks_size", "splits")})
+                                                    "total_chunks", "chunks_size", "splits")},
+            metadata_types=dict(BUILTIN_METADATA), language_source="task")
         inv.findings = check_inventory(self, inv)
         return inv
 

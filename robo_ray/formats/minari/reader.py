@@ -17,17 +17,18 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from typing import Any, Iterator
+from dataclasses import replace
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
 from robo_ray.errors import (DataCorrupt, DataMissing, EpisodeDataOutside, EpisodeTooLarge, SourceFormatError,
-                             SourceNotFound, UnsafeInput)
-from robo_ray.readers.base import DatasetFiles, Finding, Inventory
-from robo_ray.safety import (MAX_DIM, MAX_ELEMENTS_PER_STEP, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES,
-                             check_count, check_declared_counts, check_shape)
-from robo_ray.storage import is_local, join, url_to_fs
+                             UnsafeInput)
+from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, canonical_path, unique_names
+from robo_ray.safety import (MAX_DIM, MAX_ELEMENTS_PER_STEP, MAX_EPISODE_LENGTH, MAX_EPISODES, check_count,
+                             check_declared_counts, check_shape)
+from robo_ray.storage import is_local, join
 
 MAIN_FILE = "main_data.hdf5"
 STEP_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
@@ -35,6 +36,9 @@ TRANSITION_KEYS = STEP_KEYS[1:]
 MAX_EPISODE_BYTES = 4 << 30  # one episode's arrays, checked from HDF5 shapes before reading
 _EPISODE_GROUP = re.compile(r"^episode_(\d{1,12})$")
 _ARROW_SUFFIX = {"arrow": ".arrow", "parquet": ".parquet"}
+# Episode.metadata of every episode (episode_id, file_path, and the seed minari recorded at reset, if any)
+METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text", "seed": "int"}
+TEXT_NOTE = "text space (no RLDS tensor form); kept out"
 
 
 # ---- spaces (minari's JSON serialisation, read without gymnasium) ---------------------------------------------
@@ -205,21 +209,79 @@ def _h5_feature(key: str, ds: Any) -> FeatureSpec:
     return FeatureSpec(key, "string", "string", ())
 
 
-class MinariReader(DatasetFiles):
+def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
+    """Each feature's role and canonical name: one Box observation -> observation/state (an image:
+    observation/image), Dict/Tuple subspaces -> observation/<key> (`_index_<i>` -> `index_<i>`); actions -> action
+    (action/<key>); terminations / truncations -> terminated / truncated; infos/<k> -> info/<k>; rewards -> reward;
+    the reader's per-step `is_terminal` and `discount` (T+1 layout) -> terminal, discount. Text spaces have no
+    tensor form; later duplicate names get `_2`, `_3`, ..."""
+    out: dict[str, FeatureSpec] = {}
+    for key, feat in features.items():
+        if key == "rewards":
+            out[key] = replace(feat, role="reward", name="reward")
+            continue
+        if key == "is_terminal":
+            out[key] = replace(feat, role="terminal", name="is_terminal")
+            continue
+        if key == "discount":
+            out[key] = replace(feat, role="discount", name="discount")
+            continue
+        if feat.kind == "string":
+            out[key] = replace(feat, role="other", note=TEXT_NOTE)
+            continue
+        image = feat.kind in ("image", "video")
+        head, _, rest = key.partition("/")
+        if head == "observations":
+            if image:
+                role, name = "camera", canonical_path("observation", rest) if rest else "observation/image"
+            else:
+                role, name = ("observation", canonical_path("observation", rest)) if rest else \
+                    ("state", "observation/state")
+        elif head == "actions":
+            role, name = "action", canonical_path("action", rest) if rest else "action"
+        elif key == "terminations":
+            role, name = "other", "terminated"
+        elif key == "truncations":
+            role, name = "other", "truncated"
+        elif head == "infos":
+            role, name = "other", canonical_path("info", rest)
+        else:
+            role, name = "other", canonical_path("", key)
+        if image:
+            role = "depth" if feat.dtype == "uint16" else "camera"
+        out[key] = replace(feat, role=role, name=name)  # type: ignore[arg-type]
+    return unique_names(out)
+
+
+class MinariReader(BaseReader):
     """Reads a Minari dataset folder (or its `data/main_data.hdf5`) from any fsspec URL."""
 
     format_name = "minari"
+    sniff_hint: ClassVar[str] = "data/main_data.hdf5 / data/metadata.json (Minari)"
+    sniff_file_hint: ClassVar[str | None] = "a Minari main_data.hdf5"
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.url = url
-        self.fs, path = url_to_fs(url, storage_options)
-        if not self.fs.exists(path):
-            raise SourceNotFound(f"source not found: {url}")
+    @classmethod
+    def sniff(cls, fs: Any, root: str) -> bool:
+        """A Minari dataset folder (data/main_data.hdf5 or data/metadata.json), its data/ folder, or an .hdf5
+        file."""
+        if fs.isfile(root):
+            return root.endswith(".hdf5")
+        for base in (join(root, "data"), root):
+            if fs.exists(join(base, MAIN_FILE)) or (posixpath.basename(base) == "data"
+                                                   and fs.exists(join(base, "metadata.json"))):
+                return True
+        return False
+
+    def dataset_root(self, path: str) -> str:
+        """The dataset folder, also when the URL names its data/main_data.hdf5 or its data/ folder."""
         if path.endswith(".hdf5"):
             path = posixpath.dirname(path)
-        if posixpath.basename(path) == "data" and not self.fs.exists(join(path, "data")):
+        if posixpath.basename(path) == "data" and not self._exists(join(path, "data")):
             path = posixpath.dirname(path)
-        self.root = path
+        return path
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        super().__init__(url, storage_options)
         self.fps = 0.0  # Minari records no rate
         self._h5: Any = None
         self._h5_file: Any = None
@@ -244,18 +306,7 @@ class MinariReader(DatasetFiles):
         self._episode_dirs: dict[int, list[str]] = {}
         self.features = self._features()
 
-    # ---- small I/O helpers -------------------------------------------------------------------------------------
-    def _read_json(self, rel: str) -> Any:
-        p = self.path(rel)
-        size = self.fs.size(p)
-        if size is not None and size > MAX_JSON_BYTES:
-            raise UnsafeInput(f"{rel}: {size} bytes exceeds the {MAX_JSON_BYTES}-byte metadata limit")
-        try:
-            with self.fs.open(p, "rb") as f:
-                return json.loads(f.read(MAX_JSON_BYTES + 1))
-        except json.JSONDecodeError as exc:
-            raise SourceFormatError(f"{rel}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-
+    # ---- the HDF5 file -----------------------------------------------------------------------------------------
     def _file(self) -> Any:
         """The open main_data.hdf5 (one handle per reader; reopened after unpickling)."""
         if self._h5 is None:
@@ -280,11 +331,12 @@ class MinariReader(DatasetFiles):
         return self._h5
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
+        state = super().__getstate__()
         state["_h5"] = state["_h5_file"] = None
         return state
 
     def close(self) -> None:
+        super().close()
         if self._h5 is not None:
             self._h5.close()
             self._h5 = None
@@ -317,7 +369,7 @@ class MinariReader(DatasetFiles):
                 feats.append(_h5_feature(key, ds))
         feats.append(FeatureSpec("is_terminal", "tensor", "bool", ()))
         feats.append(FeatureSpec("discount", "tensor", "float32", ()))
-        return {f.key: f for f in feats}
+        return declare_features({f.key: f for f in feats})
 
     def _first_episode_arrays(self) -> dict[str, Any]:
         """Leaf datasets/columns of the first episode, for the parts no space describes (infos, extras)."""
@@ -394,7 +446,8 @@ class MinariReader(DatasetFiles):
                         source_version=self.version, episodes_count=len(refs),
                         total_steps=sum(r.length for r in refs), features=self.features, refs=refs, fps=self.fps,
                         robot_type=(declared.get("env_spec") or {}).get("id") if isinstance(
-                            declared.get("env_spec"), dict) else None, declared=_jsonable(declared))
+                            declared.get("env_spec"), dict) else None, declared=_jsonable(declared),
+                        metadata_types=dict(METADATA), language_source="")
         inv.findings = self._findings(inv)
         return inv
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from typing import Any
+from dataclasses import replace
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -24,13 +25,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames, VideoRef
-from robo_ray.errors import (DataCorrupt, DataMissing, SourceFormatError, SourceNotFound, UnknownFormat,
-                             UnsafeInput, VideoDecodeError, VideoMissing)
-from robo_ray.readers.base import DatasetFiles, Finding, Inventory
+from robo_ray.errors import (DataCorrupt, SourceFormatError, UnknownFormat, VideoDecodeError, VideoMissing)
+from robo_ray.readers.base import (BaseReader, Finding, Inventory, MetaType, canonical_path, identifier,
+                                   unique_names)
 from robo_ray.formats.lerobot.reader import column_to_numpy
-from robo_ray.safety import (MAX_DIM, MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, check_shape,
-                             check_relative_path)
-from robo_ray.storage import url_to_fs
+from robo_ray.safety import MAX_DIM, MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_shape, check_relative_path
+from robo_ray.storage import join
 
 SUPPORTED = ("0.2",)
 REQUIRED = {"ortf_version": str, "dataset_id": str, "robot": dict, "action_space": dict,
@@ -39,6 +39,15 @@ FLAGS = ("is_first", "is_last", "is_terminal")
 BOOKKEEPING = ("episode_id", "step_index", "timestamp", "task_id")
 _FRAME_INDEX = re.compile(r"^observation\.images\.(.+)\.frame_index$")
 MAX_ANNOTATION_BYTES = 1 << 20
+MANIFEST = "meta/manifest.json"
+# Episode.metadata of every episode: meta/episodes.parquet's columns and the annotations folder
+METADATA: dict[str, MetaType] = {
+    "episode_id": "int", "file_path": "text", "ortf_episode_id": "text", "task_id": "int", "success": "int",
+    "failure_reason": "text", "operator_notes": "text", "recorded_at": "text", "duration_seconds": "float",
+    "annotations": "text"}
+BOOKKEEPING_NOTE = "bookkeeping column (episode rows, step order, video frame index, task via language_instruction)"
+STRING_NOTE = "string column (no RLDS tensor form); kept out"
+_FLAG_ROLES = {"is_first": "is_first", "is_last": "is_last", "is_terminal": "terminal"}
 
 
 def validate_manifest(obj: Any) -> dict[str, Any]:
@@ -127,16 +136,64 @@ def _np_dtype(key: str, t: pa.DataType) -> str:
     return str(dt)
 
 
-class OrtfReader(DatasetFiles):
+def _dotted(prefix: str, rest: str) -> str:
+    return canonical_path(prefix, rest, ".")
+
+
+def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
+    """Each feature's role and canonical name: action -> action; observation.state (the concatenated state, or
+    the single `state` component) -> observation/state, other components -> observation/<component>; one camera ->
+    observation/image, several -> observation/image_<camera>; depth cameras -> observation/depth[_<camera>]; the
+    boundary flags, `reward` and `discount` columns -> their roles; episode rows, step order, timestamps, task ids
+    and video frame indices are bookkeeping; later duplicate names get `_2`, `_3`, ..."""
+    cams = [k for k, f in features.items() if f.kind in ("image", "video")]
+    depth = [k for k in cams if features[k].dtype == "uint16"]
+    rgb = [k for k in cams if k not in depth]
+    has_state = "observation.state" in features
+    out: dict[str, FeatureSpec] = {}
+    for key, feat in features.items():
+        if key in _FLAG_ROLES:
+            out[key] = replace(feat, role=_FLAG_ROLES[key], name=key)  # type: ignore[arg-type]
+        elif key in BOOKKEEPING or key.endswith(".frame_index"):
+            out[key] = replace(feat, role="bookkeeping", note=BOOKKEEPING_NOTE)
+        elif key in ("reward", "discount") and feat.kind == "tensor":
+            out[key] = replace(feat, role=key, name=key)  # type: ignore[arg-type]
+        elif feat.kind == "string":
+            out[key] = replace(feat, role="other", note=STRING_NOTE)
+        elif key in cams:
+            group, base, role = (depth, "observation/depth", "depth") if key in depth else \
+                (rgb, "observation/image", "camera")
+            name = base if len(group) == 1 else f"{base}_{identifier(key.rsplit('.', 1)[-1])}"
+            out[key] = replace(feat, role=role, name=name)  # type: ignore[arg-type]
+        else:
+            if key == "observation.state":
+                role, name = "state", "observation/state"
+            elif key.startswith("observation.state."):
+                comp = key[len("observation.state."):]
+                role, name = ("state", "observation/state") if comp == "state" and not has_state else \
+                    ("observation", _dotted("observation", comp))
+            elif key.startswith("observation."):
+                role, name = "observation", _dotted("observation", key[len("observation."):])
+            elif key == "action" or key.startswith("action."):
+                role, name = "action", _dotted("", key)
+            else:
+                role, name = "other", _dotted("", key)
+            out[key] = replace(feat, role=role, name=name)  # type: ignore[arg-type]
+    return unique_names(out)
+
+
+class OrtfReader(BaseReader):
     """Reads an ORTF v0.2 dataset from any fsspec URL."""
 
     format_name = "ortf"
+    sniff_hint: ClassVar[str] = "meta/manifest.json (ORTF)"
+
+    @classmethod
+    def sniff(cls, fs: Any, root: str) -> bool:
+        return bool(fs.exists(join(root, MANIFEST)))
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
-        self.url = url
-        self.fs, self.root = url_to_fs(url, storage_options)
-        if not self.fs.exists(self.root):
-            raise SourceNotFound(f"source not found: {url}")
+        super().__init__(url, storage_options)
         self.manifest = validate_manifest(self._read_json("meta/manifest.json"))
         self.version = self.manifest["ortf_version"]
         self.sensors = {s["name"]: s for s in self.manifest["sensors"]}
@@ -157,33 +214,6 @@ class OrtfReader(DatasetFiles):
         hz = self.manifest["action_space"].get("control_frequency_hz")
         self.fps = rates.pop() if rates else float(hz) if isinstance(hz, (int, float)) and hz > 0 else 0.0
         self._tasks: dict[int, str] | None = None
-
-    # ---- small I/O helpers -------------------------------------------------------------------------------------
-    def _read_bytes(self, rel: str, limit: int = MAX_JSON_BYTES) -> bytes:
-        p = self.path(rel)
-        if not self.fs.exists(p):
-            raise SourceFormatError(f"{rel}: file is missing")
-        size = self.fs.size(p)
-        if size is not None and size > limit:
-            raise UnsafeInput(f"{rel}: {size} bytes exceeds the {limit}-byte limit")
-        with self.fs.open(p, "rb") as f:
-            return f.read(limit + 1)
-
-    def _read_json(self, rel: str) -> Any:
-        try:
-            return json.loads(self._read_bytes(rel))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SourceFormatError(f"{rel}: not valid JSON ({exc})".splitlines()[0]) from exc
-
-    def _read_parquet(self, rel: str, error: type = DataCorrupt) -> pa.Table:
-        p = self.path(rel)
-        if not self.fs.exists(p):
-            raise (SourceFormatError if error is SourceFormatError else DataMissing)(f"{rel}: file is missing")
-        try:
-            with self.fs.open(p, "rb") as f:
-                return pq.read_table(f)
-        except (pa.ArrowException, OSError) as exc:
-            raise error(f"{rel}: unreadable parquet ({exc})") from exc
 
     @staticmethod
     def _is_depth(sensor: dict[str, Any]) -> bool:
@@ -245,7 +275,7 @@ class OrtfReader(DatasetFiles):
                 feats[key] = FeatureSpec(key, "image", "uint16", (h, w, 1), codec="depth16")
             else:
                 feats[key] = FeatureSpec(key, "video", "uint8", (h, w, 3), codec=sensor.get("encoding"))
-        return feats
+        return declare_features(feats)
 
     # ---- discover ----------------------------------------------------------------------------------------------
     def tasks(self) -> dict[int, str]:
@@ -315,7 +345,8 @@ class OrtfReader(DatasetFiles):
                         source_version=self.version, episodes_count=len(refs), total_steps=sum(r.length for r in refs),
                         features=self.features, refs=refs, fps=self.fps,
                         robot_type=robot.get("name") if isinstance(robot.get("name"), str) else None,
-                        tasks=[tasks[k] for k in sorted(tasks)], declared=declared)
+                        tasks=[tasks[k] for k in sorted(tasks)], declared=declared,
+                        metadata_types=dict(METADATA), language_source="task")
         inv.findings = self._findings(inv)
         return inv
 
