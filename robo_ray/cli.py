@@ -29,6 +29,10 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mapping", help="mapping.yaml from a previous `spec` run (edited)")
     p.add_argument("--format", dest="source_format", help="source format (default: detected)")
     p.add_argument("--name", help="output dataset name (default: from the source folder)")
+    p.add_argument("--source-name", metavar="NAME[:VERSION]",
+                   help="a dataset inside a tfds data_dir SRC (RLDS sources; also SRC?name=NAME)")
+    p.add_argument("--split", metavar="A,B", help="convert only these source splits (default: all, kept per episode)")
+    p.add_argument("--fps", type=float, help="the source's frame rate when it declares none (e.g. RLDS)")
     p.add_argument("--max-episodes", type=int, help="convert only the first N episodes")
     p.add_argument("--image-format", choices=("jpeg", "png"), help="image encoding (default jpeg q95)")
     p.add_argument("--overwrite", action="store_true", help="replace robo-ray outputs in DST")
@@ -95,6 +99,12 @@ def _config(args: argparse.Namespace) -> Any:
         fields["mapping_file"] = args.mapping
     if getattr(args, "to", None):
         fields["target.format"] = args.to
+    if getattr(args, "source_name", None):
+        fields["source.options.name"] = args.source_name
+    if getattr(args, "split", None):
+        fields["source.options.splits"] = [x.strip() for x in args.split.split(",") if x.strip()]
+    if getattr(args, "fps", None):
+        fields["source.options.fps"] = args.fps
     cfg = load_config(args.config, args.set)
     data = cfg.model_dump(by_alias=True)
     for dotted, value in fields.items():
@@ -134,7 +144,7 @@ def cmd_dry_run(cfg: Any) -> int:
     from robo_ray.stages.pipeline import make_writer, resolve_mapping
     from robo_ray.stages.plan import estimate_episode_bytes
 
-    reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options)
+    reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options, cfg.source.options)
     inv = reader.discover()
     writer = make_writer(cfg, resolve_mapping(cfg, inv))
     units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
@@ -178,7 +188,7 @@ def _load_output(dst: str) -> dict[str, Any]:
     ledger = json.loads(fs.cat_file(join(root, "ledger.json")))
     job = json.loads(fs.cat_file(join(root, "job.json"))) if fs.exists(join(root, "job.json")) else {}
     cfg = JobConfig.model_validate(job) if job else JobConfig()
-    reader = open_reader(inv_json["dataset_root"], cfg.source.format, cfg.source.storage_options)
+    reader = open_reader(inv_json["dataset_root"], cfg.source.format, cfg.source.storage_options, cfg.source.options)
     inv = reader.discover()
     if cfg.max_episodes:
         inv.refs = inv.refs[:cfg.max_episodes]
@@ -195,7 +205,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
     from robo_ray.storage import url_to_fs
 
     cfg = _config(args)
-    inv = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options).discover()
+    inv = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options, cfg.source.options).discover()
     mapping = resolve_mapping(cfg, inv)
     fs, root = url_to_fs(cfg.target.url, cfg.target.storage_options)
     fs.makedirs(root, exist_ok=True)

@@ -16,6 +16,7 @@ class SourceConfig(BaseModel):
     url: str = ""
     format: str | None = None
     storage_options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)  # the reader's own keywords (e.g. splits, name, fps)
 
 
 class TargetConfig(BaseModel):

@@ -115,9 +115,21 @@ def detect_format(url: str, storage_options: dict[str, Any] | None = None) -> st
     raise UnknownFormat(f"unknown source format at {url}: no {listed} found{skipped}")
 
 
-def open_reader(url: str, fmt: str | None = None, storage_options: dict[str, Any] | None = None) -> BaseReader:
+def open_reader(url: str, fmt: str | None = None, storage_options: dict[str, Any] | None = None,
+                options: dict[str, Any] | None = None) -> BaseReader:
+    """The reader for the source at `url` (format detected unless given); `options` (config `source.options`, e.g.
+    an RLDS source's `splits`, `name`, `fps`) go to the reader's constructor as keywords."""
     if fmt is not None:
         reader_class(fmt)  # an unknown name or a missing dependency, before touching the source
     url = resolve_source(url, storage_options)
     fmt = fmt or detect_format(url, storage_options)
-    return reader_class(fmt)(url, storage_options=storage_options)
+    cls = reader_class(fmt)
+    options = dict(options or {})
+    if options:
+        import inspect
+
+        params = inspect.signature(cls.__init__).parameters
+        unknown = sorted(k for k in options if k not in params or k in ("self", "url", "storage_options"))
+        if unknown:
+            raise ConfigError(f"source.options: the {fmt} reader takes no option {', '.join(unknown)}")
+    return cls(url, storage_options=storage_options, **options)

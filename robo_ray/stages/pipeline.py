@@ -505,7 +505,7 @@ class Publisher:
     def reader(self) -> Reader:
         if self._reader is None:
             src = self.cfg.source
-            self._reader = open_reader(src.url, src.format, src.storage_options)
+            self._reader = open_reader(src.url, src.format, src.storage_options, src.options)
         return self._reader
 
     def finish(self) -> tuple[RunOutcome, list[str]]:
@@ -544,7 +544,7 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
     t0 = time.monotonic()
     log = RunLog(stderr=stderr or sys.stderr)
     executor = executor or InProcessExecutor()
-    reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options)
+    reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options, cfg.source.options)
     out_fs, out_root = url_to_fs(cfg.target.url, cfg.target.storage_options)
     cfg_dump = cfg.safe_dump()  # credentials masked: job.json, and the "same job?" check of --resume
     check_not_locked(out_fs, out_root, cfg.target.url, take_over=resume or overwrite)
@@ -612,7 +612,8 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
     options = ConvertOptions(video_tolerance_s=cfg.convert.video_tolerance_s, nan_policy=cfg.convert.nan_policy,
                              decoder_threads=cfg.convert.decoder_threads,
                              source_storage_options=cfg.source.storage_options,
-                             target_storage_options=cfg.target.storage_options)
+                             target_storage_options=cfg.target.storage_options,
+                             source_options=dict(cfg.source.options))
     job = JobSpec(cfg.source.url, cfg.source.format, mapping.model_dump_json(), cfg.target.url, options,
                   Limits.from_config(cfg.convert), cfg.target.format, unit_options)
     spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint,
