@@ -38,6 +38,7 @@ class ConvertOptions:
     decoder_threads: int = 1
     source_storage_options: dict[str, Any] = field(default_factory=dict)
     target_storage_options: dict[str, Any] = field(default_factory=dict)
+    source_options: dict[str, Any] = field(default_factory=dict)  # the reader's keywords (config source.options)
 
 
 class ConvertHooks:
@@ -72,7 +73,8 @@ class UnitConverter:
                  hooks: ConvertHooks | None = None) -> None:
         self.options = options or ConvertOptions()
         self._owns_reader = reader is None
-        self.reader = reader or open_reader(source_url, source_format, self.options.source_storage_options)
+        self.reader = reader or open_reader(source_url, source_format, self.options.source_storage_options,
+                                            self.options.source_options)
         self.mapping = mapping
         self.writer = writer
         self.hooks = hooks or ConvertHooks()
@@ -148,7 +150,7 @@ class UnitConverter:
                     for k in self.mapping.episode_metadata}
         cameras = {fm.target: self._frames(ep, fm) for fm in self.mapping.image_maps()}
         return CanonicalEpisode(ref, n, tensors, texts, cameras, reward, discount, is_first, is_last, is_terminal,
-                                lang, metadata, ep.timestamps)
+                                lang, metadata, ep.timestamps, float(getattr(self.reader, "fps", 0.0) or 0.0))
 
     def _step_column(self, ep: Episode, key: str, dtype: type) -> np.ndarray:
         """A per-step source column used for a step field (reward, discount, flags): one value a step."""

@@ -171,6 +171,12 @@ class Writer(ABC):
 
         return default_mapping(inv, images, name)
 
+    def unit_options(self, inv: "Inventory") -> dict[str, Any]:
+        """The options every worker's writer is built with (JobSpec.target_options): `target.options`, which a
+        writer may complete from the inventory (e.g. a frame rate the source declares) or refuse (UsageError)
+        before anything is converted."""
+        return self.options.model_dump(exclude_unset=True)
+
     @abstractmethod
     def plan(self, refs: "list[EpisodeRef]", features: "dict[str, FeatureSpec]", target_unit_mb: float,
              min_units: int) -> "list[Unit]":
