@@ -1,13 +1,17 @@
 """TFRecord framing (FORMATS 1.6): length, masked CRC32C of the length, data, masked CRC32C of the data.
 
 Records are written from segment chunks (the CRC is computed incrementally, so a record never has to be whole in
-memory) and read either whole (`read_records`) or as a stream (`iter_records` -> `RecordStream`)."""
+memory) and read either whole (`read_records`) or as a stream (`iter_records` -> `RecordStream`). The read side
+takes untrusted bytes: anything malformed raises `CorruptRecord` (a ValueError), never another error or a huge
+allocation."""
 from __future__ import annotations
 
 import struct
 from typing import BinaryIO, Iterable, Iterator
 
 import crc32c
+
+from robo_ray.formats.rlds.errors import CorruptRecord
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -47,20 +51,71 @@ def write_record(f: BinaryIO, data: bytes) -> int:
     return len(framed)
 
 
-class RecordStream:
-    """One record's payload read incrementally; `finish` checks its CRC (raises ValueError on corruption)."""
+_FIRST_READ = 1 << 20  # a declared length is trusted only this far: larger reads grow block by block (x2)
+_MAX_BLOCK = 64 << 20
 
-    def __init__(self, f: BinaryIO, length: int, verify: bool) -> None:
+
+def _left_in(f: BinaryIO) -> int | None:
+    """Bytes between the position and the end of a seekable file (None if it cannot tell)."""
+    try:
+        if not f.seekable():
+            return None
+        pos = f.tell()
+        end = f.seek(0, 2)
+        f.seek(pos)
+        return end - pos
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    """Up to `n` bytes (fewer only at the end of the file). However large `n` is (a lying length with
+    `verify=False`, or a header whose file was cut), at most about twice what the file holds is allocated: a
+    large read is done at once only when the file is seen to hold it, else block by block."""
+    parts: list[bytes] = []
+    got, block = 0, _FIRST_READ
+    if n > _FIRST_READ and (left := _left_in(f)) is not None:
+        data = f.read(min(n, left))
+        if len(data) == n:
+            return data
+        parts.append(data)
+        got += len(data)
+    while got < n:
+        data = f.read(min(n - got, block))
+        if not data:
+            break
+        if got == 0 and len(data) == n:
+            return data
+        parts.append(data)
+        got += len(data)
+        block = min(block * 2, _MAX_BLOCK)
+    return b"".join(parts)
+
+
+class RecordStream:
+    """One record's payload read incrementally; `finish` checks its CRC. Malformed or cut data raises
+    CorruptRecord (a ValueError) naming the byte offset in the file."""
+
+    def __init__(self, f: BinaryIO, length: int, verify: bool, offset: int = 0) -> None:
         self._f, self.length, self._verify = f, length, verify
+        self.offset = offset  # of the record's header in the file
         self.remaining = length
         self._crc = 0
+        self.finished = False
+
+    def _at(self) -> str:
+        return f"byte {self.length - self.remaining} of the record at file byte {self.offset}"
 
     def read(self, n: int) -> bytes:
+        if n < 0:
+            raise ValueError(f"negative read size {n}")
         if n > self.remaining:
-            raise ValueError("a field runs past the end of its record")
-        data = self._f.read(n)
+            raise CorruptRecord(f"a field of {n} bytes runs past the end of its record ({self._at()}, "
+                                f"{self.remaining} bytes left)")
+        data = _read_exact(self._f, n)
         if len(data) != n:
-            raise ValueError("truncated record")
+            raise CorruptRecord(f"truncated record: the file ends at {self._at()}, inside a field of {n} bytes "
+                                f"(the record's header says {self.length} bytes)")
         self.remaining -= n
         if self._verify:
             self._crc = crc32c.crc32c(data, self._crc)
@@ -70,34 +125,43 @@ class RecordStream:
         return self.read(self.remaining)
 
     def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
         while self.remaining:
             self.read(min(self.remaining, 4 << 20))
-        tail = self._f.read(4)
+        tail = _read_exact(self._f, 4)
         if len(tail) != 4:
-            raise ValueError("truncated record")
+            raise CorruptRecord(f"truncated record: the file ends inside the data CRC of the record at file byte "
+                                f"{self.offset}")
         if self._verify and struct.unpack("<I", tail)[0] != _mask(self._crc):
-            raise ValueError("record data CRC mismatch")
+            raise CorruptRecord(f"record data CRC mismatch (record at file byte {self.offset}, {self.length} bytes)")
 
 
 def iter_records(f: BinaryIO, verify: bool = True) -> Iterator[RecordStream]:
-    """Each record of a TFRecord file as a RecordStream; the caller reads what it needs, then calls finish()."""
+    """Each record of a TFRecord file as a RecordStream; the caller reads what it needs, then calls finish() (done
+    here if it did not). Malformed framing, cut files and CRC mismatches raise CorruptRecord."""
+    offset = 0
     while True:
-        header = f.read(8)
+        header = _read_exact(f, 8)
         if not header:
             return
         if len(header) != 8:
-            raise ValueError("truncated record header")
+            raise CorruptRecord(f"truncated record header at file byte {offset} ({len(header)} of 8 bytes)")
         (length,) = struct.unpack("<Q", header)
-        hcrc = f.read(4)
+        hcrc = _read_exact(f, 4)
         if len(hcrc) != 4:
-            raise ValueError("truncated record header")
+            raise CorruptRecord(f"truncated record header at file byte {offset} (the length CRC is cut)")
         if verify and struct.unpack("<I", hcrc)[0] != masked_crc(header):
-            raise ValueError("record length CRC mismatch")
-        yield RecordStream(f, length, verify)
+            raise CorruptRecord(f"record length CRC mismatch at file byte {offset}")
+        rec = RecordStream(f, length, verify, offset)
+        yield rec
+        rec.finish()
+        offset += 12 + length + 4
 
 
 def read_records(f: BinaryIO, verify: bool = True) -> Iterator[bytes]:
-    """Iterate a TFRecord file's payloads, checking both CRCs (raises ValueError on corruption)."""
+    """Iterate a TFRecord file's payloads, checking both CRCs (raises CorruptRecord, a ValueError, on corruption)."""
     for rec in iter_records(f, verify):
         data = rec.read_all()
         rec.finish()
