@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import posixpath
@@ -30,10 +29,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robo_ray.formats.lerobot.stats import STAT_KEYS
-from robo_ray.formats.lerobot.writer import BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, INFO, STATS, TASKS, VIDEO_PATH
+from robo_ray.formats.lerobot.writer import (CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS, TASKS,
+                                             VIDEO_PATH)
 from robo_ray.stages.validate import ValidationResult, WrittenSample, sample_checks, sample_indices
 from robo_ray.storage import HashingReader, is_local, join, open_sequential
-from robo_ray.writers.base import UnitResult, VerifyContext
+from robo_ray.writers.base import VerifyContext
 
 if TYPE_CHECKING:
     from robo_ray.formats.lerobot.writer import LeRobotWriter
@@ -52,6 +52,7 @@ class LeRobotVerifier:
         self.root = writer.dataset_dir
         self.layout = writer.layout
         self.results = sorted(ctx.results(), key=lambda r: r.shard_index)
+        self.results_eps = sum(len((r.extra or {}).get("episodes", [])) for r in self.results)
 
     def path(self, rel: str) -> str:
         return join(self.root, rel)
@@ -63,13 +64,13 @@ class LeRobotVerifier:
             self._check_unfinished(res)
             return
         fps = int(info["fps"])
-        blobs = self._check_files(res)
+        self._check_files(res)
         episodes = self._check_episodes(res, info, fps)
         tasks = self._check_tasks(res, info)
         source_of = self._source_map(len(episodes))
         wanted = {k for k, src in enumerate(source_of) if src in self.ctx.sample_ids}
-        rows = self._check_data(res, info, episodes, tasks, fps, blobs, wanted)
-        self._check_stats(res)
+        rows = self._check_data(res, info, episodes, tasks, fps, wanted)
+        self._check_stats(res, bool(episodes))
         frames = self._check_videos(res, info, episodes, fps, wanted)
         samples = self._samples(rows, frames, source_of, tasks)
         sample_checks(self.ctx, self.writer.mapping, samples, res)
@@ -121,9 +122,8 @@ class LeRobotVerifier:
                 if missing else f"{len(self.results)} of {n} units committed, meta/info.json not written yet")
 
     # ---- files vs the ledger -------------------------------------------------------------------------------------
-    def _check_files(self, res: ValidationResult) -> dict[str, bytes]:
-        """sha256 of every unit file against the ledger; parquet bytes are kept for the data checks."""
-        blobs: dict[str, bytes] = {}
+    def _check_files(self, res: ValidationResult) -> None:
+        """sha256 of every unit file against the ledger; nothing else under data/, meta/episodes/, videos/."""
         missing: list[str] = []
         bad: list[str] = []
         known: set[str] = set()
@@ -134,13 +134,8 @@ class LeRobotVerifier:
                 if not self.fs.exists(p):
                     missing.append(name)
                     continue
-                if name.endswith(".parquet"):
-                    data = self.fs.cat_file(p)
-                    blobs[name] = data
-                    sha = hashlib.sha256(data).hexdigest()
-                else:
-                    with open_sequential(self.fs, p) as f:
-                        sha = HashingReader(f).hexdigest()
+                with open_sequential(self.fs, p) as f:
+                    sha = HashingReader(f).hexdigest()
                 res.shard_sha256[name] = sha
                 if sha != digest:
                     bad.append(name)
@@ -157,11 +152,11 @@ class LeRobotVerifier:
                 continue
             for p in self.fs.find(base):
                 rel = posixpath.relpath(p, self.root.rstrip("/") or "/")
-                if ".tmp-" not in rel and rel not in known:
+                placeholder = rel == EMPTY_EPISODES and not self.results_eps
+                if ".tmp-" not in rel and rel not in known and not placeholder:
                     stray.append(rel)
         res.add("no stray files", not stray, "data/, meta/episodes/ and videos/ hold only the ledger's files"
                 if not stray else f"files no unit wrote (lerobot would load them): {', '.join(sorted(stray)[:10])}")
-        return blobs
 
     def _source_map(self, n: int) -> list[int]:
         """Source episode index of each output episode (the ledger's units in order)."""
@@ -234,7 +229,7 @@ class LeRobotVerifier:
 
     # ---- data ----------------------------------------------------------------------------------------------------
     def _check_data(self, res: ValidationResult, info: dict[str, Any], episodes: list[dict[str, Any]],
-                    tasks: list[str], fps: int, blobs: dict[str, bytes], wanted: set[int]) -> dict[int, dict]:
+                    tasks: list[str], fps: int, wanted: set[int]) -> dict[int, dict]:
         """Every data parquet in lerobot's order; returns the rows of the sampled episodes at sample_indices."""
         files = sorted(self.fs.glob(self.path("data/*/*.parquet")))
         schema = self.writer.data_schema
@@ -246,8 +241,7 @@ class LeRobotVerifier:
         float_cols = [f.key for f in self.layout.data_features if f.dtype.startswith("float")]
         for p in files:
             rel = posixpath.relpath(p, self.root.rstrip("/") or "/")
-            data = blobs.get(rel)
-            table = pq.read_table(io.BytesIO(data if data is not None else self.fs.cat_file(p)))
+            table = pq.read_table(io.BytesIO(self.fs.cat_file(p)))
             if [(f.name, f.type) for f in table.schema] != [(f.name, f.type) for f in schema]:
                 problems.append(f"{rel}: schema {table.schema.names} differs from the features'")
                 continue
@@ -304,7 +298,7 @@ class LeRobotVerifier:
                 "columns": {f.key: _numpy(sub[f.key], f) for f in self.layout.data_features}}
 
     # ---- stats -----------------------------------------------------------------------------------------------------
-    def _check_stats(self, res: ValidationResult) -> None:
+    def _check_stats(self, res: ValidationResult, any_frame: bool) -> None:
         p = self.path(STATS)
         if not self.fs.exists(p):
             res.add("stats", False, f"{STATS} missing (lerobot-train needs it)")
@@ -312,7 +306,7 @@ class LeRobotVerifier:
         stats = json.loads(self.fs.cat_file(p))
         problems = []
         for f in self.layout.features:
-            if not (f.numeric or f.kind == "video"):
+            if not (f.numeric or f.kind == "video") or not any_frame:  # no frame written: no statistics
                 continue
             st = stats.get(f.key)
             if not isinstance(st, dict) or any(k not in st for k in ("mean", "std", "min", "max", "count")):
@@ -438,17 +432,14 @@ class LeRobotVerifier:
     def _paired_reader(self, res: ValidationResult, n: int) -> None:
         from robo_ray.readers import open_reader
 
-        if n == 0:
-            res.add("paired reader", True, "no episode written: nothing for the LeRobot reader to read")
-            return
         try:
             reader = open_reader(self.writer.out_url, "lerobot", self.writer.storage_options)
             inv = reader.discover()
             errors = [f"{f.code}: {f.message}" for f in inv.findings if f.level == "error"]
-            ep = reader.load_episode(inv.refs[0])
-            ok = not errors and len(inv.refs) == n and ep.length == inv.refs[0].length
+            ep = reader.load_episode(inv.refs[0]) if inv.refs else None
+            ok = not errors and len(inv.refs) == n and (ep is None or ep.length == inv.refs[0].length)
             detail = (f"robo-ray's LeRobot reader discovers {len(inv.refs)} episodes ({inv.source_version}) with no "
-                      "error finding and loads episode 0") if ok else \
+                      "error finding" + (" and loads episode 0" if n else "")) if ok else \
                 f"robo-ray's LeRobot reader: {len(inv.refs)} episodes of {n}; {'; '.join(errors[:5])}"
         except Exception as exc:  # noqa: BLE001 - any reader failure is a validation failure, in one line
             ok, detail = False, f"robo-ray's LeRobot reader failed: {type(exc).__name__}: {str(exc)[:300]}"

@@ -80,6 +80,8 @@ EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.par
 INFO = "meta/info.json"
 STATS = "meta/stats.json"
 TASKS = "meta/tasks.parquet"
+# a dataset with no episode written gets one empty meta/episodes part (robo-ray's reader needs a file to list none)
+EMPTY_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 EMPTY_EPISODE = "EP208"  # an episode with no steps: LeRobot cannot hold it (no frame, no video)
 
@@ -743,6 +745,11 @@ class LeRobotWriter(Writer):
             episodes += len(eps)
             frames += sum(int(x["length"]) for x in eps)
         meta = self.build_meta(results, inv, tasks, episodes, frames)
+        empty = join(self.dataset_dir, EMPTY_EPISODES)
+        if not episodes:
+            write_bytes_atomic(self.fs, empty, parquet_bytes(self.episodes_schema.empty_table(), []))
+        elif self.fs.exists(empty) and EMPTY_EPISODES not in {n for r in results for n, _, _ in r.all_files()}:
+            self.fs.rm_file(empty)  # a placeholder left by an earlier finalize of this output
         for name in (TASKS, STATS, INFO):
             write_bytes_atomic(self.fs, join(self.dataset_dir, name), meta[name])
         return json.loads(meta[INFO])
