@@ -47,22 +47,20 @@ RUN_OUTPUTS = ("inventory.json", "episode_index.csv", "mapping.md", "mapping.yam
                "dataset_statistics.json", "commit.json", LOCK_NAME)
 
 
-def our_outputs() -> set[str]:
-    """Every top-level name robo-ray may write at an output root, for any registered target."""
+def our_outputs(fs, out_root: str, target_format: str) -> set[str]:
+    """The top-level names robo-ray may replace at an output root: the run's files, this target's dataset entries
+    and those of the target an earlier run there wrote (its job.json says which). Another target's names are not
+    ours here: a user's own `data/` beside an RLDS output is never deleted."""
     names = set(RUN_OUTPUTS)
-    for entry in WRITERS.values():
-        names |= set(entry.outputs)
+    formats = {target_format}
+    previous = _read_json(fs, join(out_root, "job.json"))
+    if isinstance(previous, dict):
+        formats.add(str((previous.get("target") or {}).get("format") or DEFAULT_TARGET))
+    for fmt in formats:
+        entry = WRITERS.get(fmt)
+        if entry is not None:
+            names |= set(entry.outputs)
     return names
-# the commit marker: the run's last write, a conditional create (two runs racing on one destination: one publishes)
-COMMIT_MARKER = "commit.json"
-
-# quarantine codes for whole units that never produced a shard (a resume retries them)
-UNIT_CRASHED = "EP900"  # the worker process died on every attempt (segfault, abort, OOM kill)
-UNIT_FAILED = "EP901"  # the unit raised on every attempt, or the executor lost it
-UNIT_TIMED_OUT = "EP902"  # a read made no progress / the unit ran over its time (robo_ray/watchdog.py)
-UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT)
-# config keys that change how a run is supervised, not what it writes: a --resume may change them
-EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"))
 
 
 def _now() -> str:
@@ -185,7 +183,8 @@ class RunOutcome:
     message: str
 
 
-def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str) -> None:
+def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str,
+                        target_format: str = DEFAULT_TARGET) -> None:
     """Refuse a non-empty destination unless --overwrite; with it, remove only robo-ray's own outputs."""
     if not fs.exists(out_root):
         fs.makedirs(out_root, exist_ok=True)
@@ -198,7 +197,7 @@ def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str) -> Non
     if entries and not overwrite:
         raise DestinationNotEmpty(f"destination {out_url} is not empty (use --overwrite to replace its outputs)")
     # a temp left by a killed write of one of our own outputs (ledger.json.tmp-xxxx) is ours too
-    ours = our_outputs()
+    ours = our_outputs(fs, out_root, target_format)
     foreign = [e for e in entries if e.split(".tmp-", 1)[0] not in ours and not e.endswith(".tar.gz")]
     if overwrite and foreign:
         raise DestinationNotEmpty(f"destination {out_url} holds files robo-ray did not write "
@@ -552,7 +551,7 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
     if resume:
         resume, previous_ledger = _check_resume(out_fs, out_root, cfg, cfg_dump, overwrite)
     else:
-        prepare_destination(out_fs, out_root, overwrite, cfg.target.url)
+        prepare_destination(out_fs, out_root, overwrite, cfg.target.url, cfg.target.format)
     lock = RunLock(out_fs, out_root, cfg.target.url).acquire(take_over=resume or overwrite)
     try:
         return _run_locked(cfg, cfg_dump, reader, out_fs, out_root, executor, log, progress, archive, resume,
@@ -584,7 +583,7 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
             if not overwrite:
                 raise OutputConflict(f"cannot resume into {cfg.target.url}: the {what} differ from the first run's "
                                      "(source or mapping changed); use --overwrite to start over", code="RR401")
-            prepare_destination(out_fs, out_root, True, cfg.target.url)
+            prepare_destination(out_fs, out_root, True, cfg.target.url, cfg.target.format)
             resume = False
         else:
             writer.remove_stale_temps()
@@ -644,14 +643,14 @@ def _check_resume(fs, out_root: str, cfg: JobConfig, cfg_dump: dict[str, Any],
     """Decide whether the destination holds the same job. Returns (resuming, previous ledger)."""
     prev_job = _read_json(fs, join(out_root, "job.json")) if fs.exists(out_root) else None
     if prev_job is None:  # nothing committed yet (or a fresh destination): start clean, our files only
-        prepare_destination(fs, out_root, True, cfg.target.url)
+        prepare_destination(fs, out_root, True, cfg.target.url, cfg.target.format)
         return False, None
     diffs = config_differences(prev_job, cfg_dump)
     if diffs:
         if not overwrite:
             raise OutputConflict(f"cannot resume into {cfg.target.url}: the config differs from the first run's "
                                  f"({', '.join(diffs[:6])}); use --overwrite to start over", code="RR401")
-        prepare_destination(fs, out_root, True, cfg.target.url)
+        prepare_destination(fs, out_root, True, cfg.target.url, cfg.target.format)
         return False, None
     return True, _read_json(fs, join(out_root, "ledger.json"))
 
