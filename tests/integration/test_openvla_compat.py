@@ -10,18 +10,16 @@ file lock next to it. Building it needs the package index (a few minutes); reusi
 """
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.compat.venvs import VenvError, clean_env, ensure_venv
 from tests.conftest import REPO, run_cli, shared_dir
 
 # xdist_group: under `--dist loadgroup` one worker would convert once and run all four. With pytest 9.2 + xdist 3.8
@@ -33,7 +31,6 @@ pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(3600),
 COMPAT = REPO / "tests" / "compat"
 REQUIREMENTS = COMPAT / "requirements-openvla.txt"
 SCRIPT = COMPAT / "openvla_read.py"
-MARKER = "robo_ray_requirements.sha256"
 SAMPLE = "lerobot_v30_av1_2cam"
 EXPECT = ["--episodes", "4", "--steps", "420", "--image-shape", "96,128,3"]
 
@@ -53,44 +50,16 @@ def _base_python() -> str:
     return found
 
 
-def _run(cmd: list[str], what: str, timeout: float) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
-        pytest.fail(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-
-
 def ensure_compat_venv() -> tuple[Path, float | None]:
     """(python of the TF 2.15 venv, seconds spent building it or None if reused). Idempotent and race-free."""
-    venv = compat_venv_dir()
-    python = venv / "bin" / "python"
-    want = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-
-    def ready() -> bool:
-        marker = venv / MARKER
-        return python.exists() and marker.is_file() and marker.read_text().strip() == want
-
-    if ready():
-        return python, None
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be building it: wait, then re-check
-        if ready():
-            return python, None
-        t0 = time.monotonic()
-        shutil.rmtree(venv, ignore_errors=True)  # stale (other requirements) or half-built
-        _run([_base_python(), "-m", "venv", str(venv)], "creating the compat venv", 600)
-        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-r", str(REQUIREMENTS)],
-             "pip install -r tests/compat/requirements-openvla.txt", 3000)
-        tmp = venv / f"{MARKER}.tmp"
-        tmp.write_text(want + "\n")
-        os.replace(tmp, venv / MARKER)  # written last: a crash before here leaves no marker -> rebuilt next time
-        return python, time.monotonic() - t0
+    try:
+        return ensure_venv(compat_venv_dir(), REQUIREMENTS, _base_python)
+    except VenvError as e:
+        pytest.fail(str(e))
 
 
 def run_openvla_read(python: Path, version_dir: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env = clean_env(TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run([str(python), str(SCRIPT), str(version_dir), *args], capture_output=True, text=True,
                           env=env, timeout=900, cwd=version_dir)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
