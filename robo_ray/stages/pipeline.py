@@ -63,6 +63,18 @@ def our_outputs(fs, out_root: str, target_format: str) -> set[str]:
     return names
 
 
+# the commit marker: the run's last write, a conditional create (two runs racing on one destination: one publishes)
+COMMIT_MARKER = "commit.json"
+
+# quarantine codes for whole units that never produced a shard (a resume retries them)
+UNIT_CRASHED = "EP900"  # the worker process died on every attempt (segfault, abort, OOM kill)
+UNIT_FAILED = "EP901"  # the unit raised on every attempt, or the executor lost it
+UNIT_TIMED_OUT = "EP902"  # a read made no progress / the unit ran over its time (robo_ray/watchdog.py)
+UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT)
+# config keys that change how a run is supervised, not what it writes: a --resume may change them
+EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"))
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
