@@ -883,7 +883,12 @@ class LeRobotWriter(Writer):
                 f"ds = LeRobotDataset('local/{self.mapping.dataset_name}', root='{self.out_url}')",
                 "print(ds.num_episodes, ds.num_frames, ds.meta.camera_keys)", "frame = ds[0]  # tensors, task text",
                 "```", "", "Codec: " + ENCODERS[self.options.vcodec][1] + f", crf {self.options.crf}, g "
-                f"{self.options.g}; fps {self.options.fps}."]
+                f"{self.options.g}; fps {self.options.fps}.", "",
+                "Features: " + ", ".join(f"`{f.key}` ({', '.join(f.targets or f.sources)})"
+                                         for f in self.layout.features if f.key not in BOOKKEEPING) + ".",
+                "Not written (LeRobot has no field for them): is_first / is_last (frame_index and the episode "
+                "bounds say it)" + (", discount (source `" + self.mapping.defaults.discount_source + "`)"
+                                    if self.mapping.defaults.discount_source else "") + ", episode metadata."]
 
 
 def _source_names(inv: Inventory, source: str) -> list[str] | None:
