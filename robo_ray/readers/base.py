@@ -9,9 +9,10 @@ declares `format_name`, how its datasets are recognised (`sniff`), and what each
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Iterator, Literal, Protocol
+from typing import Any, Callable, ClassVar, Iterator, Literal, Protocol
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
 from robo_ray.errors import DataCorrupt, DataMissing, RoboRayError, SourceFormatError, SourceNotFound, UnsafeInput
@@ -140,18 +141,38 @@ class DatasetFiles:
             return storage_error(exc, url_of(self.fs, path), action, self.fs)
         return exc
 
-    def _exists(self, p: str) -> bool:
-        """Whether a full path exists; a storage failure is an error, not False."""
+    def _storage_call(self, action: str, p: str, fn: Callable[[], Any]) -> Any:
+        """`fn()`, one storage call on the full path `p`; a transport failure becomes one StorageError naming the
+        URL, anything else propagates as it is."""
         try:
-            return self.fs.exists(p)
+            return fn()
         except Exception as exc:  # noqa: BLE001 - a transport failure names the URL; anything else is a bug
-            mapped = self._storage_error(exc, p, "checking")
+            mapped = self._storage_error(exc, p, action)
             if mapped is exc:
                 raise
             raise mapped from exc
 
+    def _exists(self, p: str) -> bool:
+        """Whether a full path exists; a storage failure is an error, not False."""
+        return bool(self._storage_call("checking", p, lambda: self.fs.exists(p)))
+
     def exists(self, rel: str) -> bool:
         return self._exists(self.path(rel))
+
+    def _listdir(self, rel: str = "") -> list[str]:
+        """The names in a dataset folder (`""`: the root)."""
+        p = self.path(rel) if rel else self.root
+        return [posixpath.basename(q.rstrip("/")) for q in self._storage_call("listing", p, lambda: self.fs.ls(
+            p, detail=False))]
+
+    def _file_size(self, rel: str) -> int:
+        p = self.path(rel)
+        return int(self._storage_call("checking", p, lambda: self.fs.size(p)) or 0)
+
+    def _read_range(self, rel: str, start: int, length: int) -> bytes:
+        """Exactly the bytes [start, start + length) of a file, in one ranged read (the caller bounds `length`)."""
+        p = self.path(rel)
+        return self._storage_call("reading", p, lambda: self.fs.cat_file(p, start=start, end=start + length))
 
     def open_binary(self, rel: str, sequential: bool = True):
         """A seekable binary file: local files as they are; remote ones read in bounded ranged blocks (`sequential`,

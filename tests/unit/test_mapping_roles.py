@@ -240,7 +240,7 @@ def test_module_names_no_format(rel: str) -> None:
 
 # ---- detection and the base class -------------------------------------------------------------------------------
 # Readers built on BaseReader (the RLDS reader, formats/rlds/reader.py, still has its own file helpers)
-BASE_READERS = ["lerobot", "ortf", "minari"]
+BASE_READERS = ["lerobot", "ortf", "minari", "rlds"]
 
 
 def test_every_reader_declares_its_detection() -> None:

@@ -25,14 +25,13 @@ Images stay encoded exactly as stored.
 from __future__ import annotations
 
 import io
-import json
 import posixpath
 import re
 import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, BinaryIO, Callable, Iterator, Literal
+from typing import Any, BinaryIO, ClassVar, Iterator
 from urllib.parse import parse_qs
 
 import numpy as np
@@ -43,9 +42,9 @@ from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, EpisodeTooLa
 from robo_ray.formats.rlds.example import decode_example
 from robo_ray.formats.rlds.features import Leaf, Unsupported, parse_features
 from robo_ray.formats.rlds.tfrecord import masked_crc, read_records
-from robo_ray.readers.base import DatasetFiles, Finding, Inventory
-from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, MAX_JSON_BYTES, check_count, render_path_template
-from robo_ray.storage import is_local, is_transport_error, join, open_input, storage_error, url_of, url_to_fs
+from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, identifier
+from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, render_path_template
+from robo_ray.storage import is_local, join, url_of
 
 INFO, FEATURES, METADATA = "dataset_info.json", "features.json", "metadata.json"
 DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
@@ -63,8 +62,6 @@ _LENGTH_PREFERENCE = ("is_first", "is_last", "is_terminal", "reward", "discount"
 _STEP_ROLES: dict[str, Role] = {"reward": "reward", "discount": "discount", "is_first": "is_first",
                                 "is_last": "is_last", "is_terminal": "terminal"}
 _QUERY_KEYS = {"name", "version", "splits", "split"}
-MetaType = Literal["int", "float", "text", "bool"]
-BUILTIN: dict[str, MetaType] = {"episode_id": "int", "file_path": "text"}  # what every reader's metadata holds
 _IMAGE_MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF8", "gif"), (b"BM", "bmp"))
 
 
@@ -257,15 +254,9 @@ def _unique(names: list[str]) -> list[str]:
     return out
 
 
-def _ident(part: str) -> str:
-    """One name segment as an identifier (`_index_0` -> `index_0`, `0` -> `f0`, `a-b` -> `a_b`)."""
-    s = re.sub(r"[^0-9A-Za-z_]", "_", part).strip("_") or "f"
-    return s if s[0].isalpha() else f"f{s}"
-
-
 def _step_name(path: tuple[str, ...], flatten: bool) -> str:
     parts = [q for p in path for q in ([p.replace("/", "_")] if flatten else p.split("/"))]
-    return "/".join(_ident(q) for q in parts)
+    return "/".join(identifier(q) for q in parts)
 
 
 def _meta_type(leaf: Leaf) -> MetaType | None:
@@ -295,10 +286,10 @@ def build_specs(leaves: list[Leaf]) -> tuple[dict[str, FeatureSpec], dict[str, L
     names = _unique([_step_name(leaf.path[1:], True) if any("/" in p for p in leaf.path[1:])
                      and (n in inner or parents(n) & every) else n for leaf, n in zip(steps, names)])
     top_keys = [leaf.flat_key if leaf.flat_key not in step_keys else f"episode/{leaf.flat_key}" for leaf in top]
-    meta = [_ident(("/".join(leaf.path[1:]) if leaf.path[0] == "episode_metadata" and len(leaf.path) > 1
+    meta = [identifier(("/".join(leaf.path[1:]) if leaf.path[0] == "episode_metadata" and len(leaf.path) > 1
                     else leaf.flat_key).replace("/", "_")) for leaf in top]
     for i, leaf in enumerate(top):  # the built-in keys keep their meaning (BUILTIN_METADATA): int id, text path
-        if meta[i] in BUILTIN and _meta_type(leaf) != BUILTIN[meta[i]]:
+        if meta[i] in BUILTIN_METADATA and _meta_type(leaf) != BUILTIN_METADATA[meta[i]]:
             meta[i] = f"source_{meta[i]}"
     meta = _unique(meta)
     specs: dict[str, FeatureSpec] = {}
@@ -391,14 +382,17 @@ def _metadata_value(arr: np.ndarray, leaf: Leaf) -> Any:
     return bool(v) if leaf.dtype == "bool" else float(v) if leaf.dtype.startswith("float") else int(v)
 
 
-class RldsReader(DatasetFiles):
+class RldsReader(BaseReader):
     """Reads a TFDS-written RLDS dataset (TFRecord shards) from any fsspec URL, without TensorFlow."""
 
-    format_name = "rlds"
+    format_name: ClassVar[str] = "rlds"
+    sniff_hint: ClassVar[str] = "dataset_info.json + features.json (RLDS / tfds)"
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, name: str | None = None,
                  version: str | None = None, splits: list[str] | str | None = None,
                  fps: float | None = None) -> None:
+        """`name` (`"bridge"` or `"bridge:0.1.0"`), `splits` (a list or `"a,b"`) and `fps` are the CLI's
+        `--source-name`, `--split` and `--fps` (config `source.options`); they may also ride on the URL's query."""
         url, query = parse_source_url(url)
         name = name or query.get("name")
         version = version or query.get("version")
@@ -406,13 +400,10 @@ class RldsReader(DatasetFiles):
         if name and ":" in name:
             name, _, tail = name.partition(":")
             version = version or tail
-        self.fs, root = url_to_fs(url, storage_options)
+        self._wanted = (name, version)
+        super().__init__(url, storage_options)
+        del self._wanted
         self._block = SCAN_BLOCK_LOCAL if is_local(self.fs) else SCAN_BLOCK_REMOTE
-        self.root = root
-        if not self._exists(root):
-            raise SourceNotFound(f"source not found: {url}")
-        self.root = self._version_folder(root, name, version)
-        self.url = url if self.root == root else url_of(self.fs, self.root)
         self.version = posixpath.basename(self.root)
         self.info = self._read_json(INFO)
         if not isinstance(self.info, dict):
@@ -434,7 +425,7 @@ class RldsReader(DatasetFiles):
                                if k in self.features and self.features[k].role == "language"),
                               next((k for k, f in self.features.items() if f.role == "language"), None))
         self.fps, self._fps_source = self._fps(fps)
-        self.metadata_types: dict[str, MetaType] = dict(BUILTIN)  # Episode.metadata's keys and how to store them
+        self.metadata_types: dict[str, MetaType] = dict(BUILTIN_METADATA)  # Episode.metadata: keys, how stored
         for key, name in self._meta_names.items():
             if (t := _meta_type(self._leaves[key])) is not None:
                 self.metadata_types[name] = t
@@ -443,66 +434,6 @@ class RldsReader(DatasetFiles):
                 "the step's language instruction (Episode.step_tasks)" if key == self._task_key else None
             if note:
                 self.features[key] = replace(spec, note="; ".join(filter(None, (note, spec.note))))
-
-    # ---- file access: the only methods that touch the filesystem ------------------------------------------------
-    def _storage(self, action: str, p: str, fn: Callable[[], Any]) -> Any:
-        """Run one storage call on the full path `p`; a transport failure becomes one StorageError naming the URL."""
-        try:
-            return fn()
-        except (RoboRayError, FileNotFoundError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - a transport failure names the URL; anything else is a bug
-            if is_transport_error(exc):
-                raise storage_error(exc, url_of(self.fs, p), action, self.fs) from exc
-            raise
-
-    def path(self, rel: str) -> str:
-        return join(self.root, rel) if rel else self.root
-
-    def _exists(self, p: str) -> bool:
-        """Whether a full path exists; a storage failure is an error, not False."""
-        return bool(self._storage("checking", p, lambda: self.fs.exists(p)))
-
-    def exists(self, rel: str) -> bool:
-        return self._exists(self.path(rel))
-
-    def _listdir(self, rel: str) -> list[str]:
-        p = self.path(rel)
-        return [posixpath.basename(q.rstrip("/")) for q in self._storage("listing", p, lambda: self.fs.ls(p,
-                                                                                                      detail=False))]
-
-    def _file_size(self, rel: str) -> int:
-        p = self.path(rel)
-        return int(self._storage("checking", p, lambda: self.fs.size(p)) or 0)
-
-    def open_binary(self, rel: str, sequential: bool = True):
-        """A seekable file; on object stores read in bounded ranged blocks (`sequential`) or one ranged request per
-        read (what the shard scan uses: nothing read ahead)."""
-        p = self.path(rel)
-        return self._storage("opening", p, lambda: open_input(self.fs, p, sequential=sequential))
-
-    def _read_range(self, rel: str, start: int, length: int) -> bytes:
-        """Exactly the bytes [start, start + length) of a file (one ranged read)."""
-        p = self.path(rel)
-        return self._storage("reading", p, lambda: self.fs.cat_file(p, start=start, end=start + length))
-
-    def _read_bytes(self, rel: str, limit: int = MAX_JSON_BYTES) -> bytes:
-        """A whole metadata file, refused (RR301) when larger than `limit` before anything is read."""
-        if not self.exists(rel):
-            raise SourceFormatError(f"{rel}: file is missing")
-        size = self._file_size(rel)
-        if size > limit:
-            raise UnsafeInput(f"{rel}: {size} bytes exceeds the {limit}-byte metadata limit")
-        return self._read_range(rel, 0, size)
-
-    def _read_json(self, rel: str, limit: int = MAX_JSON_BYTES) -> Any:
-        try:
-            return json.loads(self._read_bytes(rel, limit))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SourceFormatError(f"{rel}: not valid JSON ({exc})".splitlines()[0]) from exc
-
-    def close(self) -> None:
-        """Nothing is held open between calls (each scan and load opens and closes its shard)."""
 
     # ---- where the dataset is ---------------------------------------------------------------------------------
     @classmethod
@@ -518,7 +449,16 @@ class RldsReader(DatasetFiles):
         except (OSError, ValueError):
             return False
 
+    def dataset_root(self, path: str) -> str:
+        """The version folder: `path` itself, its newest (or `version`) x.y.z folder, or that of dataset `name` in
+        the tfds data_dir `path`; the reader's URL then names that folder."""
+        root = self._version_folder(path, *self._wanted)
+        if root != path:
+            self.url = url_of(self.fs, root)
+        return root
+
     def _version_folder(self, root: str, name: str | None, version: str | None) -> str:
+        self.root = root  # exists() / _listdir() below look inside it
         if version is not None and not _VERSION.match(version):
             raise ConfigError(f"RLDS version {version!r} is not x.y.z")
         if name:
@@ -716,11 +656,8 @@ class RldsReader(DatasetFiles):
                     "description": str(self.info.get("description") or "")[:2000]}
         inv = Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
                         source_version=self.version, episodes_count=len(refs), total_steps=sum(r.length for r in refs),
-                        features=self.features, refs=refs, fps=self.fps, declared=declared, findings=findings)
-        contract = {"metadata_types": dict(self.metadata_types), "language_source": "task" if self._task_key else ""}
-        for field, value in contract.items():  # Inventory fields of the reader contract under way (readers/base.py)
-            if field in getattr(Inventory, "__dataclass_fields__", {}):
-                setattr(inv, field, value)
+                        features=self.features, refs=refs, fps=self.fps, declared=declared, findings=findings,
+                        metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "")
         return inv
 
     def _scan_shard(self, rel: str, declared: int
