@@ -235,6 +235,11 @@ class Writer(ABC):
         """The format-specific half of Validate: re-read the written files, add checks to `res` and fill
         res.episode_steps / steps / shard_sha256 / psnr / statistics (robo_ray.stages.validate does the rest)."""
 
+    def read_back_names(self) -> dict[str, str]:
+        """{mapping target: the canonical name the paired reader gives that feature back}, for round trips through
+        formats whose naming differs (flat dotted keys, cameras named by role). Identity by default."""
+        return {fm.target: fm.target for fm in self.mapping.steps}
+
     def usage(self) -> list[str]:
         """Markdown lines for final_report.md: how to load the output."""
         return []

@@ -101,7 +101,8 @@ def test_writer_is_loadable(name: str) -> None:
 def test_round_trip(case: WriterCase, source: str, sources: Sources, runs) -> None:
     out = runs(case, source, "in-process")
     writer = wc.output_writer(out)
-    problems = wc.compare_views(wc.source_views(sources(source), out), wc.output_views(writer))
+    problems = wc.compare_views(wc.source_views(sources(source), out), wc.output_views(writer),
+                                names=writer.read_back_names())
     assert not problems, f"{case.name} round trip of {source}:\n" + "\n".join(problems[:20])
 
 

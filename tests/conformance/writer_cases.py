@@ -242,11 +242,13 @@ def output_views(writer: Writer) -> list[EpisodeView]:
 
 
 def compare_views(expected: list[EpisodeView], got: list[EpisodeView],
-                  min_psnr_db: float = MIN_PSNR_DB) -> list[str]:
+                  min_psnr_db: float = MIN_PSNR_DB, names: dict[str, str] | None = None) -> list[str]:
     """What differs between the source's episodes and the output's read back (empty: a faithful round trip).
     Low-dim values and step fields exact, frame counts equal, every frame within `min_psnr_db`. Features match by
     canonical name, except a lone camera on both sides: readers call it `observation/image` whatever its name was
-    (a Minari `observation/pixels` comes back so from a format that names cameras by role)."""
+    (a Minari `observation/pixels` comes back so from a format that names cameras by role). `names` is the writer's
+    Writer.read_back_names(): the name each target has once read back (formats with flat dotted keys rename)."""
+    names = names or {}
     problems: list[str] = []
     if len(expected) != len(got):
         problems.append(f"{len(got)} episodes read back (ids {[v.index for v in got]}), expected {len(expected)} "
@@ -256,7 +258,8 @@ def compare_views(expected: list[EpisodeView], got: list[EpisodeView],
         if e.length != g.length:
             problems.append(f"{where}: {g.length} steps read back, source has {e.length}")
             continue
-        for name, arr in e.tensors.items():
+        for source_name, arr in e.tensors.items():
+            name = names.get(source_name, source_name)
             if name not in g.tensors:
                 problems.append(f"{where}: tensor {name!r} missing (read back: {sorted(g.tensors)})")
             elif not _same(arr, g.tensors[name]):
@@ -270,7 +273,7 @@ def compare_views(expected: list[EpisodeView], got: list[EpisodeView],
             problems.append(f"{where}: language differs: source {e.language[:3]}..., read back {g.language[:3]}...")
         lone = len(e.cameras) == 1 and len(g.cameras) == 1  # readers name a lone camera observation/image
         for cam, frames in e.cameras.items():
-            back = next(iter(g.cameras.values())) if lone else g.cameras.get(cam)
+            back = next(iter(g.cameras.values())) if lone else g.cameras.get(names.get(cam, cam))
             if back is None:
                 problems.append(f"{where}: camera {cam!r} missing (read back: {sorted(g.cameras)})")
                 continue

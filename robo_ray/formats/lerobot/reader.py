@@ -123,6 +123,8 @@ def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]
             out[key] = replace(feat, role="reward", name="reward")
         elif key == "next.done" and feat.kind == "tensor":
             out[key] = replace(feat, role="terminal", name="is_terminal")
+        elif key == "discount" and feat.kind == "tensor":  # written by robo-ray for sources with a discount
+            out[key] = replace(feat, role="discount", name="discount")
         elif feat.kind == "string":
             out[key] = replace(feat, role="other", note=STRING_NOTE)
         else:

@@ -21,10 +21,11 @@ Feature naming (by the mapping's role, else by the canonical target name):
            <target>                     -> <target, / as .>           (e.g. Minari info/success -> info.success)
     reward (defaults.reward_source)     -> next.reward float32 [1]
     terminal (defaults.is_terminal_source) -> next.done bool [1]
+    discount (defaults.discount_source) -> discount float32 [1] (only when the source has a per-step discount)
     language (the step's instruction)   -> the task: meta/tasks.parquet + task_index per frame
     text step features                  -> dtype "string" features
     bookkeeping                         -> timestamp (float32, k/fps), frame_index, episode_index, index, task_index
-Not written: is_first / is_last (lerobot derives them from frame_index and the episode bounds), discount, episode
+Not written: is_first / is_last (lerobot derives them from frame_index and the episode bounds), episode
 metadata. Depth cameras (16-bit) are refused with a ConfigError (lerobot 0.6 quantizes depth to 12-bit HEVC; not
 done here): drop them from mapping.yaml. Grey cameras are encoded as 3-channel video.
 
@@ -107,7 +108,7 @@ class Feature:
     """One LeRobot feature and the mapping targets it is made of."""
 
     key: str
-    kind: Literal["action", "tensor", "string", "reward", "done", "video"]
+    kind: Literal["action", "tensor", "string", "reward", "discount", "done", "video"]
     dtype: str  # float32 / int64 / bool / string / video
     shape: tuple[int, ...]  # LeRobot's shape ((1,) = a scalar column)
     targets: tuple[str, ...] = ()
@@ -183,7 +184,7 @@ def plan_layout(mapping: Mapping) -> Layout:
     """The LeRobot features of a mapping (module docstring's naming table); ConfigError for what LeRobot cannot
     hold (depth, odd frame sizes)."""
     out: list[Feature] = []
-    taken: set[str] = set(BOOKKEEPING) | {"next.reward", "next.done"}
+    taken: set[str] = set(BOOKKEEPING) | {"next.reward", "next.done", "discount"}
     camera_maps: dict[str, FieldMap] = {}
     actions = [fm for fm in mapping.steps if fm.kind == "tensor" and _role(fm) == "action"]
 
@@ -229,6 +230,8 @@ def plan_layout(mapping: Mapping) -> Layout:
         out.append(Feature("next.reward", "reward", "float32", (1,), sources=(d.reward_source,)))
     if d.is_terminal_source:
         out.append(Feature("next.done", "done", "bool", (1,), sources=(d.is_terminal_source,)))
+    if d.discount_source:  # a per-step discount (Minari: 0 after termination) is data: kept, not dropped
+        out.append(Feature("discount", "discount", "float32", (1,), sources=(d.discount_source,)))
     out += [Feature("timestamp", "tensor", "float32", (1,)), *(Feature(k, "tensor", "int64", (1,))
                                                                 for k in BOOKKEEPING[1:])]
     return Layout(out, [f for f in out if f.kind == "video"], camera_maps)
@@ -477,6 +480,8 @@ class EpisodeFileSink(UnitSink):
                 out[f.key] = np.asarray(ep.reward, np.float32)
             elif f.kind == "done":
                 out[f.key] = np.asarray(ep.is_terminal, np.bool_)
+            elif f.kind == "discount":
+                out[f.key] = np.asarray(ep.discount, np.float32)
         return out
 
     def _task_id(self, task: str) -> int:
@@ -813,11 +818,31 @@ class LeRobotWriter(Writer):
         for name, parts in aggs.items():
             ex["stats"][name] = merge_aggs(parts).to_json()  # type: ignore[union-attr]
 
+    def read_back_names(self) -> dict[str, str]:
+        """What the LeRobot reader calls each written feature (its own naming rules, formats/lerobot/reader.py):
+        flat dotted keys come back as `observation/<key, dots as _>`, cameras by their count. A concatenated
+        `action` made of several targets has no per-target name back (it is read as one `action`)."""
+        from robo_ray.formats.lerobot.reader import declare_features
+
+        specs: dict[str, FeatureSpec] = {}
+        for f in self.layout.features:
+            if f.kind == "video":
+                specs[f.key] = FeatureSpec(f.key, "video", "uint8", tuple(f.shape))
+            elif f.kind != "string":
+                specs[f.key] = FeatureSpec(f.key, "tensor", f.dtype, tuple(f.shape))
+        names = declare_features(specs)
+        out: dict[str, str] = {}
+        for f in self.layout.features:
+            if len(f.targets) == 1 and f.key in names and names[f.key].name:
+                out[f.targets[0]] = str(names[f.key].name)
+        return out
+
     def names_of(self, f: Feature, inv: Inventory | None) -> Any:
         """`names` of a feature in info.json: the source's when they fit, else generated per component."""
         if f.kind == "video":
             return ["height", "width", "channels"]
-        if f.kind in ("string", "reward", "done") or f.key in BOOKKEEPING or f.scalar and f.kind != "action":
+        if f.kind in ("string", "reward", "discount", "done") or f.key in BOOKKEEPING or \
+                f.scalar and f.kind != "action":
             return None
         if len(f.shape) != 1:
             return None
@@ -887,8 +912,7 @@ class LeRobotWriter(Writer):
                 "Features: " + ", ".join(f"`{f.key}` ({', '.join(f.targets or f.sources)})"
                                          for f in self.layout.features if f.key not in BOOKKEEPING) + ".",
                 "Not written (LeRobot has no field for them): is_first / is_last (frame_index and the episode "
-                "bounds say it)" + (", discount (source `" + self.mapping.defaults.discount_source + "`)"
-                                    if self.mapping.defaults.discount_source else "") + ", episode metadata."]
+                "bounds say it), episode metadata."]
 
 
 def _source_names(inv: Inventory, source: str) -> list[str] | None:
