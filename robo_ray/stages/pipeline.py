@@ -484,6 +484,7 @@ class Publisher:
     def ledger(self, complete: bool = False) -> dict[str, Any]:
         return {"shards": [r.to_dict() for r in sorted(self.results.values(), key=lambda r: r.shard_index)],
                 "num_shards": len(self.units), "fingerprint": self.spec.fingerprint,
+                "unit_files": [self.writer.unit_filenames(u)[0] for _, u in sorted(self.units.items())],
                 "attempts": {str(k): v for k, v in sorted(self.attempts.items())},
                 "resumed_shards": sorted(self.resumed), "complete": complete}
 

@@ -14,6 +14,8 @@ class Unit:
     index: int
     num_shards: int
     refs: tuple[EpisodeRef, ...]
+    split: str | None = None  # the source split all its episodes belong to, when the target keeps splits apart
+    split_shard: tuple[int, int] | None = None  # (position, count) of the unit among its split's units
 
     @property
     def episode_indices(self) -> list[int]:

@@ -227,7 +227,8 @@ def test_rlds_to_lerobot(case: str, request: pytest.FixtureRequest, tmp_path: Pa
                                "observation.clip_function_input.workspace_bounds", "observation.heightmap"}
     cameras = [fm for fm in mapping.steps if fm.kind == "image"]
     data_feats = {k for k, f in feats.items() if k not in BOOKKEEPING and f["dtype"] != "video"}
-    assert data_feats == {"action", "next.reward", "next.done", *others}, sorted(data_feats)
+    discount = {"discount"} if mapping.defaults.discount_source else set()  # a source discount is kept
+    assert data_feats == {"action", "next.reward", "next.done", *discount, *others}, sorted(data_feats)
     video_keys = [k for k, f in feats.items() if f["dtype"] == "video"]  # in mapping order
     assert len(video_keys) == len(cameras) == (2 if case == "pusher" else 1)
     assert [k.rsplit(".", 1)[-1] for k in video_keys] == [fm.source.rsplit("/", 1)[-1] for fm in cameras]

@@ -213,7 +213,27 @@ class LeRobotReader(BaseReader):
     def episode_refs(self) -> list[EpisodeRef]:
         refs = self._refs_v3() if self.version == "v3.0" else self._refs_v2()
         check_count("number of episodes", len(refs), MAX_EPISODES)
-        return refs
+        return self._with_splits(refs)
+
+    def _with_splits(self, refs: list[EpisodeRef]) -> list[EpisodeRef]:
+        """Each episode's split from info.json `splits` ({name: "from:to"} episode ranges); malformed or
+        overlapping entries are ignored (a finding of Discover's checks), episodes outside every range get none."""
+        splits = self.info.get("splits")
+        if not isinstance(splits, dict) or not splits:
+            return refs
+        ranges: list[tuple[int, int, str]] = []
+        for name, value in splits.items():
+            m = re.fullmatch(r"(\d{1,12}):(\d{1,12})", str(value)) if isinstance(name, str) else None
+            if m and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", name):
+                ranges.append((int(m.group(1)), int(m.group(2)), name))
+        ranges.sort()
+        if any(a[1] > b[0] for a, b in zip(ranges, ranges[1:])):
+            return refs
+        out = []
+        for ref in refs:
+            split = next((name for lo, hi, name in ranges if lo <= ref.episode_index < hi), None)
+            out.append(replace(ref, split=split) if split else ref)
+        return out
 
     def _refs_v2(self) -> list[EpisodeRef]:
         chunks_size = check_count("chunks_size", self.info.get("chunks_size", 1000) or 1000, 1 << 30) or 1000

@@ -109,8 +109,12 @@ class LeRobotVerifier:
             vinfo = (feats.get(key.key) or {}).get("info") or {}
             if vinfo.get("video.fps") != fps or vinfo.get("video.pix_fmt") != "yuv420p":
                 problems.append(f"{key.key}: video info {vinfo}")
-        if info.get("splits") != {"train": f"0:{info.get('total_episodes')}"}:
-            problems.append(f"splits {info.get('splits')!r}")
+        splits = info.get("splits")
+        ranges = sorted(tuple(int(x) for x in str(v).split(":")) for v in splits.values()) \
+            if isinstance(splits, dict) and splits else []
+        if not ranges or ranges[0][0] != 0 or ranges[-1][1] != info.get("total_episodes") or \
+                any(a[1] != b[0] for a, b in zip(ranges, ranges[1:])):
+            problems.append(f"splits {splits!r} do not cover 0:{info.get('total_episodes')} contiguously")
         res.add("metadata", not problems, "meta/info.json: v3.0, integer fps, features as mapped, path templates"
                 if not problems else "meta/info.json: " + "; ".join(map(str, problems)))
         return info if isinstance(fps, int) and fps > 0 and isinstance(feats, dict) else None

@@ -727,8 +727,9 @@ class LeRobotWriter(Writer):
         e = i = 0
         for u in units:
             tasks = {str(t) for r in u.refs for t in r.tasks}
-            out.append(LeRobotUnit(u.index, u.num_shards, u.refs, e, i,
-                                   tuple(sorted((t, planned[t]) for t in tasks)), len(planned)))
+            out.append(LeRobotUnit(u.index, u.num_shards, u.refs, episode_offset=e, index_offset=i,
+                                   task_ids=tuple(sorted((t, planned[t]) for t in tasks)),
+                                   planned_tasks=len(planned)))
             e += len(u.refs)
             i += sum(r.length for r in u.refs)
         return out
@@ -858,7 +859,8 @@ class LeRobotWriter(Writer):
         base = f.key.rsplit(".", 1)[-1]
         return [f"{base}_{i}" for i in range(f.shape[0])]
 
-    def info_json(self, inv: Inventory | None, episodes: int, frames: int, tasks: int) -> dict[str, Any]:
+    def info_json(self, inv: Inventory | None, episodes: int, frames: int, tasks: int,
+                  results: list[UnitResult] | None = None) -> dict[str, Any]:
         feats: dict[str, Any] = {}
         for f in self.layout.features:
             d: dict[str, Any] = {"dtype": f.dtype, "shape": list(f.shape), "names": self.names_of(f, inv)}
@@ -870,7 +872,7 @@ class LeRobotWriter(Writer):
         return {"codebase_version": CODEBASE_VERSION, "robot_type": robot, "total_episodes": episodes,
                 "total_frames": frames, "total_tasks": tasks, "chunks_size": o.chunks_size,
                 "data_files_size_in_mb": o.data_files_size_in_mb, "video_files_size_in_mb": o.video_files_size_in_mb,
-                "fps": self.fps, "splits": {"train": f"0:{episodes}"}, "data_path": DATA_PATH,
+                "fps": self.fps, "splits": episode_splits(results or [], inv, episodes), "data_path": DATA_PATH,
                 "video_path": VIDEO_PATH if self.layout.cameras else None, "features": feats}
 
     def build_meta(self, results: list[UnitResult], inv: Inventory | None, tasks: dict[str, int], episodes: int,
@@ -893,7 +895,7 @@ class LeRobotWriter(Writer):
                 agg = merge_aggs([Agg.from_json(p) for p in parts])
                 if agg is not None:
                     merged[f.key] = agg.finish()
-        info = self.info_json(inv, episodes, frames, len(names))
+        info = self.info_json(inv, episodes, frames, len(names), results)
         return {TASKS: buf.getvalue(), STATS: json.dumps(stats_json(merged), indent=2).encode(),
                 INFO: json.dumps(info, indent=4).encode()}
 
@@ -913,6 +915,23 @@ class LeRobotWriter(Writer):
                                          for f in self.layout.features if f.key not in BOOKKEEPING) + ".",
                 "Not written (LeRobot has no field for them): is_first / is_last (frame_index and the episode "
                 "bounds say it), episode metadata."]
+
+
+def episode_splits(results: list[UnitResult], inv: Inventory | None, episodes: int) -> dict[str, str]:
+    """info.json `splits` ({name: "from:to"}, lerobot's episode ranges) from the source split of each written
+    episode, when every split's episodes are one contiguous run of the output (an RLDS source lists them split
+    by split); else (or without splits) everything is `train`."""
+    split_of = {r.episode_index: r.split for r in (inv.refs if inv is not None else [])}
+    order = [split_of.get(int(e["source"])) or "train" for r in sorted(results, key=lambda r: r.shard_index)
+             if r.filename for e in (r.extra or {}).get("episodes") or []]
+    runs: dict[str, list[int]] = {}  # split -> [first, last + 1]
+    for pos, split in enumerate(order):
+        if split in runs and runs[split][1] != pos:
+            return {"train": f"0:{episodes}"}  # a split in several runs: lerobot's ranges cannot say it
+        runs.setdefault(split, [pos, pos])[1] = pos + 1
+    if len(runs) <= 1 or len(order) != episodes:
+        return {"train": f"0:{episodes}"}
+    return {split: f"{a}:{b}" for split, (a, b) in runs.items()}
 
 
 def _source_names(inv: Inventory, source: str) -> list[str] | None:

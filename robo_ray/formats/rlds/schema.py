@@ -1,6 +1,7 @@
 """features.json and dataset_info.json for an RLDS dataset, built from the Mapping (FORMATS 1.2, 1.3)."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from robo_ray.mapping import Mapping
@@ -104,8 +105,15 @@ def shard_filename(name: str, split: str, index: int, num_shards: int) -> str:
     return f"{name}-{split}.tfrecord-{index:0{digits}d}-of-{num_shards:0{digits}d}"
 
 
-def dataset_info_json(mapping: Mapping, shard_lengths: list[int], num_bytes: int, description: str) -> dict[str, Any]:
-    """Only keys tfds 4.9.3 and 4.9.10 both parse (unknown keys are fatal); never disableShuffling."""
+def parse_shard_filename(name: str, filename: str) -> tuple[str, int, int] | None:
+    """(split, index, count) of a shard file name written by shard_filename, or None."""
+    m = re.fullmatch(re.escape(name) + r"-([A-Za-z0-9_]+)\.tfrecord-(\d+)-of-(\d+)", filename)
+    return (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def dataset_info_json(mapping: Mapping, splits: list[tuple[str, list[int], int]], description: str) -> dict[str, Any]:
+    """Only keys tfds 4.9.3 and 4.9.10 both parse (unknown keys are fatal); never disableShuffling. `splits`:
+    (name, shard lengths, bytes) per split, in order."""
     return {
         "citation": "",
         "description": description,
@@ -113,7 +121,8 @@ def dataset_info_json(mapping: Mapping, shard_lengths: list[int], num_bytes: int
         "moduleName": f"robo_ray.{mapping.dataset_name}",
         "name": mapping.dataset_name,
         "releaseNotes": {mapping.version: "Converted by robo-ray."},
-        "splits": [{"filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}", "name": "train",
-                    "numBytes": str(num_bytes), "shardLengths": [str(n) for n in shard_lengths]}],
+        "splits": [{"filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}", "name": split,
+                    "numBytes": str(num_bytes), "shardLengths": [str(n) for n in lengths]}
+                   for split, lengths, num_bytes in splits],
         "version": mapping.version,
     }

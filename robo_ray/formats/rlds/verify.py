@@ -51,8 +51,10 @@ class RldsVerifier:
         if info is None:
             self._check_unfinished(res)
             return
-        lengths = [int(x) for x in info["splits"][0]["shardLengths"]]
-        samples = self._check_shards(res, lengths)
+        shards = [(shard_filename(self.mapping.dataset_name, str(sp["name"]), i, len(sp["shardLengths"])), int(n))
+                  for sp in info["splits"] for i, n in enumerate(sp["shardLengths"])]
+        self._splits = [str(sp["name"]) for sp in info["splits"]]
+        samples = self._check_shards(res, shards)
         res.statistics = self._stats.finish()
         sample_checks(self.ctx, self.mapping, samples, res)
         if self.ctx.loader_readback:
@@ -74,13 +76,14 @@ class RldsVerifier:
     def _check_unfinished(self, res: ValidationResult) -> None:
         """No dataset_info.json (the run did not finish): name the planned shards (ledger) that are missing."""
         n = int(self.ctx.ledger.get("num_shards") or 0)
-        names = [shard_filename(self.mapping.dataset_name, "train", i, n) for i in range(n)]
+        names = list(self.ctx.ledger.get("unit_files") or
+                     [shard_filename(self.mapping.dataset_name, "train", i, n) for i in range(n)])
         missing = [x for x in names if not self.fs.exists(join(self.dataset_dir, x))]
         res.add("shards present", not missing, f"run not finished: missing shard files: {', '.join(missing)}"
                 if missing else f"{n} shard files present, dataset_info.json not written yet")
 
     # ---- shards ----------------------------------------------------------------------------------------------
-    def _check_shards(self, res: ValidationResult, lengths: list[int]) -> dict[int, WrittenSample]:
+    def _check_shards(self, res: ValidationResult, shards: list[tuple[str, int]]) -> dict[int, WrittenSample]:
         """Read every record of every shard (CRC-checked); returns the sampled episodes' written values."""
         shapes = _leaf_shapes(self.mapping)
         expected_sha = {s["filename"]: s["sha256"] for s in self.ctx.ledger.get("shards", [])}
@@ -88,8 +91,7 @@ class RldsVerifier:
         samples: dict[int, WrittenSample] = {}
         n_nonfinite = n_bad_images = n_schema = 0
         missing: list[str] = []
-        for i, n in enumerate(lengths):
-            name = shard_filename(self.mapping.dataset_name, "train", i, len(lengths))
+        for name, n in shards:
             path = join(self.dataset_dir, name)
             if not self.fs.exists(path):
                 missing.append(name)
@@ -130,7 +132,7 @@ class RldsVerifier:
                 res.add(f"shard length {name}", False, f"shard {name} holds {count} episodes, dataset_info.json "
                         f"says {n}")
         res.add("shards present", not missing, f"missing shard files: {', '.join(missing)}" if missing
-                else f"{len(lengths)} shard files, all readable")
+                else f"{len(shards)} shard files, all readable")
         res.add("schema", n_schema == 0, f"{n_schema} features with wrong size" if n_schema
                 else "every feature has its declared per-step size")
         res.add("nan/inf", n_nonfinite == 0 or self.ctx.allow_nonfinite, f"NaN/Inf values: {n_nonfinite}"
@@ -203,11 +205,14 @@ class RldsVerifier:
 
         def count(directory: str) -> tuple[int, int]:
             builder = tfds.builder_from_directory(directory)
-            ds = builder.as_dataset(split="train", decoders={"steps": tfds.decode.SkipDecoding()})
             eps = steps = 0
-            for ep in ds:
-                eps += 1
-                steps += int(ep["steps"]["is_first"].shape[0])
+            for split in self._splits:
+                if not builder.info.splits[split].num_examples:
+                    continue  # tfds cannot build an empty split
+                ds = builder.as_dataset(split=split, decoders={"steps": tfds.decode.SkipDecoding()})
+                for ep in ds:
+                    eps += 1
+                    steps += int(ep["steps"]["is_first"].shape[0])
             return eps, steps
 
         try:
@@ -224,4 +229,5 @@ class RldsVerifier:
                     f"{str(exc).splitlines()[0][:300]}")
             return
         ok = n_eps == res.episodes_written and n_steps == res.steps_written
-        res.add("tfds read-back", ok, f"tfds.builder_from_directory read {n_eps} episodes / {n_steps} steps")
+        res.add("tfds read-back", ok, f"tfds.builder_from_directory read {n_eps} episodes / {n_steps} steps "
+                f"(splits {', '.join(self._splits)})")

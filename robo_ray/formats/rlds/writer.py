@@ -28,7 +28,7 @@ from robo_ray.spool import BytesSpool, spool_for
 from robo_ray.stages.plan import Unit, plan_units
 from robo_ray.storage import discard_upload, is_local, join, open_upload, storage_error, url_of, write_text_atomic
 from robo_ray.formats.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
-from robo_ray.formats.rlds.schema import dataset_info_json, features_json, shard_filename
+from robo_ray.formats.rlds.schema import dataset_info_json, features_json, parse_shard_filename, shard_filename
 from robo_ray.formats.rlds.tfrecord import framed_chunks
 from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer
 
@@ -55,9 +55,10 @@ class ShardSink(UnitSink):
     """Accumulates one shard (see the module docstring for where the bytes go); `commit` publishes it under its
     final name, `abort` throws it away."""
 
-    def __init__(self, writer: "RldsWriter", index: int, num_shards: int) -> None:
+    def __init__(self, writer: "RldsWriter", unit: Unit) -> None:
+        index = unit.index
         self.writer = writer
-        self.result = UnitResult(index, shard_filename(writer.mapping.dataset_name, "train", index, num_shards))
+        self.result = UnitResult(index, writer.shard_name(unit))
         self._hash = hashlib.sha256()
         self.final_path = join(writer.dataset_dir, self.result.filename)
         self._local = is_local(writer.fs)
@@ -182,16 +183,29 @@ class RldsWriter(Writer):
 
     def plan(self, refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_unit_mb: float,
              min_units: int) -> list[Unit]:
-        return plan_units(refs, features, target_unit_mb, min_units)
+        """Shards per source split (tfds names shards by split): each split is planned on its own, units are
+        numbered across splits in the order the splits first appear; a source without splits is all `train`."""
+        by_split: dict[str, list[EpisodeRef]] = {}
+        for ref in refs:
+            by_split.setdefault(ref.split or "train", []).append(ref)
+        planned = [(split, plan_units(group, features, target_unit_mb, min_units))
+                   for split, group in by_split.items()]
+        total = sum(len(units) for _, units in planned)
+        out: list[Unit] = []
+        for split, units in planned:
+            for k, u in enumerate(units):
+                out.append(Unit(len(out), total, u.refs, split, (k, len(units))))
+        return out
+
+    def shard_name(self, unit: Unit) -> str:
+        pos, count = unit.split_shard or (unit.index, unit.num_shards)
+        return shard_filename(self.mapping.dataset_name, unit.split or "train", pos, count)
 
     def unit_filenames(self, unit: Unit) -> list[str]:
-        return [shard_filename(self.mapping.dataset_name, "train", unit.index, unit.num_shards)]
+        return [self.shard_name(unit)]
 
     def open_unit(self, unit: Unit) -> ShardSink:
-        return ShardSink(self, unit.index, unit.num_shards)
-
-    def open_shard(self, index: int, num_shards: int) -> ShardSink:
-        return ShardSink(self, index, num_shards)
+        return ShardSink(self, unit)
 
     def episode_steps(self, ep: CanonicalEpisode, steps: dict[str, FeatureValue],
                       new_spool: Callable[[], BytesSpool]) -> None:
@@ -218,9 +232,16 @@ class RldsWriter(Writer):
     def finalize(self, results: list[UnitResult], inv: Inventory) -> dict[str, Any]:
         """Write features.json then dataset_info.json (shard lengths exact, in shard order)."""
         results = sorted(results, key=lambda r: r.shard_index)
-        lengths = [len(r.episodes) for r in results]
+        splits: dict[str, tuple[list[int], list[int]]] = {}  # split -> (shard lengths, bytes), in shard order
+        for r in results:
+            parsed = parse_shard_filename(self.mapping.dataset_name, r.filename)
+            split = parsed[0] if parsed else "train"
+            lengths, sizes = splits.setdefault(split, ([], []))
+            lengths.append(len(r.episodes))
+            sizes.append(r.num_bytes)
         description = f"{inv.dataset_name} ({inv.source_format} {inv.source_version}) converted by robo-ray"
-        info = dataset_info_json(self.mapping, lengths, sum(r.num_bytes for r in results), description)
+        info = dataset_info_json(self.mapping, [(s, lengths, sum(sizes)) for s, (lengths, sizes) in splits.items()],
+                                 description)
         write_text_atomic(self.fs, join(self.dataset_dir, "features.json"),
                           json.dumps(features_json(self.mapping), indent=2, sort_keys=True))
         write_text_atomic(self.fs, join(self.dataset_dir, "dataset_info.json"),
