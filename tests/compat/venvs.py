@@ -34,6 +34,7 @@ LEROBOT_REQUIREMENTS = COMPAT / "requirements-lerobot.txt"
 LEROBOT_READ = COMPAT / "lerobot_read.py"
 LEROBOT_REFERENCE = COMPAT / "lerobot_reference.py"
 LEROBOT_MIN_PYTHON = (3, 12)  # lerobot 0.6.1: Requires-Python >=3.12
+LEROBOT_UV = "0.13.9"  # installs the 5.4 GB venv in ~110 s where pip takes ~190 s (same machine, same load)
 
 
 class VenvError(RuntimeError):
@@ -61,10 +62,13 @@ def _run(cmd: list[str], what: str, timeout: float) -> None:
 
 
 def ensure_venv(venv: Path, requirements: Path, base_python: str | Callable[[], str], *,
-                pip_args: tuple[str, ...] = (), timeout: float = 3000) -> tuple[Path, float | None]:
+                pip_args: tuple[str, ...] = (), uv: str | None = None,
+                timeout: float = 3000) -> tuple[Path, float | None]:
     """(python of the venv, seconds spent building it or None if reused). Idempotent and race-free.
 
     `base_python` may be a callable: it is only asked for an interpreter when a build is actually needed.
+    `uv="0.13.9"` installs that uv into the venv with pip and lets it install the requirements (parallel downloads:
+    ~40% less time for the multi-GB lerobot venv); if uv cannot be had, pip does it.
     """
     venv = venv.absolute()
     python = venv / "bin" / "python"
@@ -80,12 +84,33 @@ def ensure_venv(venv: Path, requirements: Path, base_python: str | Callable[[], 
         t0 = time.monotonic()
         shutil.rmtree(venv, ignore_errors=True)  # stale (other requirements) or half-built
         _run([base, "-m", "venv", str(venv)], f"creating the venv {venv}", 600)
-        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *pip_args,
-              "-r", str(requirements)], f"pip install -r {requirements.relative_to(REPO)}", timeout)
+        what = f"installing -r {_shown(requirements)} into {venv}"
+        if not (uv and _install_with_uv(python, requirements, uv, what, timeout)):
+            _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *pip_args,
+                  "-r", str(requirements)], what, timeout)
         tmp = venv / f"{MARKER}.tmp"
         tmp.write_text(want + "\n")
         os.replace(tmp, venv / MARKER)  # written last: a crash before here leaves no marker -> rebuilt next time
         return python, time.monotonic() - t0
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def _install_with_uv(python: Path, requirements: Path, uv: str, what: str, timeout: float) -> bool:
+    """pip installs uv==`uv` into the venv, uv installs the requirements; False (pip's turn) if either fails."""
+    try:
+        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", f"uv=={uv}"],
+             f"pip install uv=={uv}", 600)
+        # --compile-bytecode: PYTHONDONTWRITEBYTECODE=1 is set on these machines, so a module not compiled at install
+        # time is compiled again at every import (importing lerobot: 18 s of CPU instead of 7 s)
+        _run([str(python), "-m", "uv", "pip", "install", "-q", "--python", str(python), "--no-cache",
+              "--compile-bytecode", "-r", str(requirements)], what + " with uv", timeout)
+    except VenvError as e:
+        print(f"{e}\nfalling back to pip", file=sys.stderr)
+        return False
+    return True
 
 
 def _version_of(python: str) -> tuple[int, int] | None:
@@ -144,11 +169,11 @@ def ensure_lerobot_venv_timed() -> tuple[Path, float | None]:
     """(python of the lerobot 0.6.1 venv, build seconds or None if reused)."""
     return ensure_venv(lerobot_venv_dir(), LEROBOT_REQUIREMENTS,
                        lambda: find_python(LEROBOT_MIN_PYTHON, "ROBO_RAY_LEROBOT_PYTHON", ("python3.12", "python3.13")),
-                       pip_args=("--no-cache-dir",))
+                       pip_args=("--no-cache-dir",), uv=LEROBOT_UV)
 
 
 def ensure_lerobot_venv(log: bool = False) -> Path:
-    """Python of the lerobot 0.6.1 + lerobot-doctor 0.2.0 venv (built on first use, ~2.5 min, 5.4 GB).
+    """Python of the lerobot 0.6.1 + lerobot-doctor 0.2.0 venv (built on first use, ~1.5 min with uv, 5.4 GB).
 
     log=True says on stderr whether it was reused or built (and how long that took)."""
     python, seconds = ensure_lerobot_venv_timed()

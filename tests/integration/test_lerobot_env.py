@@ -3,7 +3,7 @@ lerobot's own writer, lerobot_read.py loads it back through LeRobotDataset / ds[
 
 Not a robo-ray conversion test (those use these scripts on robo-ray's output); this proves the scripts report what
 lerobot really does, and that their checks are not vacuous (a shifted timestamp and a missing video must fail).
-The venv is built once (~2.5 min, 5.4 GB, needs PyPI) at $ROBO_RAY_LEROBOT_VENV (default .cache/venv-lerobot061);
+The venv is built once (~1.5 min, 5.4 GB, needs PyPI) at $ROBO_RAY_LEROBOT_VENV (default .cache/venv-lerobot061);
 after that this module takes ~40 s.
 
     pytest -m compat tests/integration/test_lerobot_env.py
