@@ -48,12 +48,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import posixpath
 import re
-import shutil
-import tempfile
-import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -71,8 +66,9 @@ from robo_ray.formats.lerobot.video_encode import (ENCODERS, ImageHistogram, Uni
 from robo_ray.mapping import FieldMap, Mapping
 from robo_ray.readers.base import Inventory
 from robo_ray.stages.plan import Unit, plan_units
-from robo_ray.storage import is_local, join, storage_error, url_of, with_retries, write_bytes_atomic
+from robo_ray.storage import join, write_bytes_atomic
 from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
+from robo_ray.writers.unit_files import UnitFiles, remove_file
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -352,22 +348,6 @@ def file_rel(template: str, index: int, chunks_size: int, **fields: Any) -> str:
     return template.format(chunk_index=chunk, file_index=file, **fields)
 
 
-def _sha256_local(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(4 << 20):
-            h.update(b)
-    return h.hexdigest()
-
-
-def _remove(path: str | None) -> None:
-    if path:
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-
-
 # ---- plan --------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LeRobotUnit(Unit):
@@ -383,7 +363,7 @@ class LeRobotUnit(Unit):
 class EpisodeFileSink(UnitSink):
     """Writes one unit: data parquet (row group per episode, streamed to a temp file), per camera one MP4 (episodes
     appended by stream copy), and its meta/episodes part at `commit`. Temps sit beside the final names on a local
-    destination (`*.tmp-xxxxxxxx`), in a local scratch folder otherwise (uploaded by `commit`)."""
+    destination (`*.tmp-xxxxxxxx`), in a local scratch folder otherwise (uploaded by `commit`): `UnitFiles`."""
 
     def __init__(self, writer: "LeRobotWriter", unit: Unit) -> None:
         self.writer = writer
@@ -395,9 +375,7 @@ class EpisodeFileSink(UnitSink):
         self.meta_rel = file_rel(EPISODES_PATH, unit.index, cs)
         self.video_rels = {c.key: file_rel(VIDEO_PATH, unit.index, cs, video_key=c.key) for c in w.layout.cameras}
         self.result = UnitResult(unit.index, "")
-        self._local = is_local(w.fs)
-        self._scratch: str | None = None
-        self._temps: dict[str, str] = {}  # rel -> temp path
+        self.files = UnitFiles(w.fs, w.dataset_dir, w.format_name)  # the unit's files until commit
         self._pq: pq.ParquetWriter | None = None
         self._videos: dict[str, UnitVideo] = {}
         self._rows: list[dict[str, Any]] = []
@@ -413,21 +391,6 @@ class EpisodeFileSink(UnitSink):
         self._broken: BaseException | None = None
         self._done = False
 
-    # ---- scratch ---------------------------------------------------------------------------------------------
-    def _temp_path(self, rel: str, tag: str = "") -> str:
-        if self._local:
-            final = join(self.writer.dataset_dir, rel)
-            os.makedirs(posixpath.dirname(final), exist_ok=True)
-            return f"{final}.tmp-{uuid.uuid4().hex[:8]}{tag}"
-        if self._scratch is None:
-            self._scratch = tempfile.mkdtemp(prefix="robo-ray-lerobot-")
-        return os.path.join(self._scratch, f"{uuid.uuid4().hex[:8]}{tag}-{posixpath.basename(rel)}")
-
-    def _unit_temp(self, rel: str) -> str:
-        if rel not in self._temps:
-            self._temps[rel] = self._temp_path(rel)
-        return self._temps[rel]
-
     # ---- episodes ----------------------------------------------------------------------------------------------
     def add(self, episode: CanonicalEpisode) -> None:
         w, n = self.writer, episode.length
@@ -440,14 +403,14 @@ class EpisodeFileSink(UnitSink):
         encoded: list[tuple[str, str, ImageHistogram]] = []
         try:
             for cam in w.layout.cameras:
-                tmp = self._temp_path(self.video_rels[cam.key], "-episode")
+                tmp = self.files.new_temp(self.video_rels[cam.key], "-episode")
                 hist = ImageHistogram(3)
                 encoded.append((cam.key, tmp, hist))
                 h, wd = cam.shape[:2]
                 encode_episode(tmp, episode.cameras[cam.targets[0]], n, h, wd, w.settings, hist)
         except BaseException:
             for _, tmp, _ in encoded:
-                _remove(tmp)
+                remove_file(tmp)
             raise
         try:  # every camera is encoded: from here on the episode goes into the unit's files
             self._append(episode, columns, encoded)
@@ -456,7 +419,7 @@ class EpisodeFileSink(UnitSink):
             raise
         finally:
             for _, tmp, _ in encoded:
-                _remove(tmp)
+                remove_file(tmp)
 
     def _columns(self, ep: CanonicalEpisode) -> dict[str, Any]:
         """The episode's data columns (everything but the bookkeeping and the task ids)."""
@@ -512,14 +475,14 @@ class EpisodeFileSink(UnitSink):
         for key, tmp, hist in encoded:
             video = self._videos.get(key)
             if video is None:
-                video = self._videos[key] = UnitVideo(self._unit_temp(self.video_rels[key]), w.fps)
+                video = self._videos[key] = UnitVideo(self.files.temp(self.video_rels[key]), w.fps)
             t0, t1 = video.append(tmp, n)
             row.update({f"videos/{key}/chunk_index": self.chunk_index, f"videos/{key}/file_index": self.file_index,
                         f"videos/{key}/from_timestamp": t0, f"videos/{key}/to_timestamp": t1})
         table = pa.Table.from_arrays([arrow_column(columns[f.key], f, n) for f in w.layout.data_features],
                                      schema=w.data_schema)
         if self._pq is None:
-            self._pq = parquet_writer(self._unit_temp(self.data_rel), w.data_schema)
+            self._pq = parquet_writer(self.files.temp(self.data_rel), w.data_schema)
         self._pq.write_table(table, row_group_size=n)
         hists = {key: hist for key, _, hist in encoded}
         for f in w.layout.features:
@@ -560,25 +523,23 @@ class EpisodeFileSink(UnitSink):
                 for v in self._videos.values():
                     v.close()
                 meta = parquet_bytes(pa.Table.from_pylist(self._rows, schema=w.episodes_schema))
-                meta_tmp = self._unit_temp(self.meta_rel)
-                with open(meta_tmp, "wb") as f:
+                with open(self.files.temp(self.meta_rel), "wb") as f:
                     f.write(meta)
-                files = [(self.data_rel, self._temps[self.data_rel]), (self.meta_rel, meta_tmp)]
-                files += [(self.video_rels[c.key], self._temps[self.video_rels[c.key]]) for c in w.layout.cameras]
-                described = [(rel, os.path.getsize(tmp), _sha256_local(tmp)) for rel, tmp in files]
-                for rel, tmp in files:
-                    self._publish(rel, tmp)
-                (_, size, digest), *others = described
-                self.result.filename, self.result.num_bytes, self.result.sha256 = self.data_rel, size, digest
-                self.result.files = [{"name": rel, "num_bytes": n, "sha256": d} for rel, n, d in others]
+                main, *others = self.files.publish_all(
+                    [self.data_rel, self.meta_rel, *(self.video_rels[c.key] for c in w.layout.cameras)])
+                self.result.filename, self.result.num_bytes, self.result.sha256 = \
+                    self.data_rel, main["num_bytes"], main["sha256"]
+                self.result.files = others
                 self.result.extra = self._extra()
             else:
                 self._close_all()
-                self._sweep()
+                # every episode quarantined: remove final-named files an earlier attempt of this unit committed
+                # (lerobot loads every data parquet it finds)
+                self.files.remove_finals([self.data_rel, self.meta_rel, *self.video_rels.values()])
         except BaseException:
             self.abort()
             raise
-        self._cleanup()
+        self.files.close()
         self._done = True
         return self.result
 
@@ -594,29 +555,6 @@ class EpisodeFileSink(UnitSink):
                               "task_ids": [self._tasks[t] for t in tasks]},
                 "stats": stats}
 
-    def _publish(self, rel: str, tmp: str) -> None:
-        w = self.writer
-        final = join(w.dataset_dir, rel)
-        if self._local:
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-            return
-        try:
-            with_retries(w.fs).put_file(tmp, final)
-        except Exception as exc:  # noqa: BLE001 - the store failed after its retries
-            raise storage_error(exc, url_of(w.fs, final), "uploading", w.fs) from exc
-        _remove(tmp)
-
-    def _sweep(self) -> None:
-        """An empty unit (every episode quarantined): remove final-named files an earlier attempt of this unit
-        committed (lerobot loads every data parquet it finds)."""
-        w = self.writer
-        for rel in (self.data_rel, self.meta_rel, *self.video_rels.values()):
-            path = join(w.dataset_dir, rel)
-            if w.fs.exists(path):
-                w.fs.rm_file(path)
-
     def _close_all(self) -> None:
         if self._pq is not None:
             try:
@@ -630,18 +568,10 @@ class EpisodeFileSink(UnitSink):
             except Exception:  # noqa: BLE001
                 pass
 
-    def _cleanup(self) -> None:
-        for tmp in self._temps.values():
-            _remove(tmp)
-        self._temps = {}
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
-
     def abort(self) -> None:
         self._done = True
         self._close_all()
-        self._cleanup()
+        self.files.abort()
 
 
 # ---- the writer ------------------------------------------------------------------------------------------------

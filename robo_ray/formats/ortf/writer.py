@@ -10,7 +10,7 @@ into `videos/<camera>/chunk-NNN/episode_NNNNNN.mp4` (H.264 yuv420p straight from
 stores; 16-bit depth: FFV1 gray16le) and buffers the episode's step rows (observation tensors as
 `observation.state.<component>`, `action`, boundary flags, `reward`/`discount` when the source has them, one
 `observation.images.<camera>.frame_index` per camera, `task_id` per step only in a chunk where an episode changes
-task). Where the videos go until `commit`:
+task). Where the videos go until `commit` (`robo_ray.writers.unit_files.UnitFiles`):
 * local: temp names beside the final ones (`....mp4.tmp-xxxxxxxx`), renamed by `commit` (a failing camera or a frame
   count that differs from the steps removes the episode's temps: nothing under a final name);
 * other filesystems: a local scratch folder, uploaded by `commit` (one PUT each: visible whole or not at all).
@@ -31,11 +31,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import posixpath
 import re
-import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -54,8 +51,9 @@ from robo_ray.images import decode_image
 from robo_ray.mapping import FieldMap, Mapping
 from robo_ray.readers.base import Inventory
 from robo_ray.stages.plan import Unit, plan_units
-from robo_ray.storage import is_local, join, storage_error, url_of, url_to_fs, with_retries, write_bytes_atomic
+from robo_ray.storage import join, url_to_fs, write_bytes_atomic
 from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
+from robo_ray.writers.unit_files import UnitFiles
 
 ORTF_VERSION = "0.2"
 MANIFEST = "meta/manifest.json"
@@ -198,14 +196,6 @@ def episode_id(index: int) -> str:
     return f"{index:06d}"
 
 
-def _sha256_local(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(4 << 20):
-            h.update(b)
-    return h.hexdigest()
-
-
 # ---- video ------------------------------------------------------------------------------------------------------
 class VideoKind:
     DEPTH = "ffv1"  # 16-bit depth: FFV1 gray16le (lossless)
@@ -323,14 +313,6 @@ class VideoEncoder:
 
 # ---- one unit ---------------------------------------------------------------------------------------------------
 @dataclass
-class _Video:
-    rel: str  # final name, relative to the output root
-    tmp: str  # where it is until commit (local path)
-    num_bytes: int = 0
-    sha256: str = ""
-
-
-@dataclass
 class _Sums:
     """Per-column sums of one unit, merged by finalize (never the values themselves)."""
 
@@ -367,9 +349,7 @@ class ChunkSink(UnitSink):
         self._resize = (int(resize[0]), int(resize[1])) if resize else None
         self.data_rel = f"data/{self.chunk}/steps.parquet"
         self.result = UnitResult(unit.index, "")
-        self._local = is_local(writer.fs)
-        self._scratch: str | None = None  # non-local filesystems: local folder for the MP4s until commit
-        self._videos: list[_Video] = []
+        self.files = UnitFiles(writer.fs, writer.dataset_dir, writer.format_name)  # the MP4s until commit
         self._tables: list[pa.Table] = []
         self._step_tasks: list[np.ndarray] = []
         self._local_tasks: dict[str, int] = {}  # task text -> chunk-local id, in order of first appearance
@@ -378,39 +358,28 @@ class ChunkSink(UnitSink):
         self._rows: list[dict[str, Any]] = []
 
     # ---- episodes ---------------------------------------------------------------------------------------------
-    def _temp_path(self, rel: str) -> str:
-        if self._local:
-            final = join(self.writer.dataset_dir, rel)
-            os.makedirs(posixpath.dirname(final), exist_ok=True)
-            return f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-        if self._scratch is None:
-            self._scratch = tempfile.mkdtemp(prefix="robo-ray-ortf-")
-        return os.path.join(self._scratch, f"{uuid.uuid4().hex[:8]}-{posixpath.basename(rel)}")
-
     def add(self, episode: CanonicalEpisode) -> None:
         """Encode the episode's cameras (temp files), then buffer its rows; if anything fails the episode's temps
         are removed and the unit is as if it had never been offered."""
         w, n, idx = self.writer, episode.length, episode.episode_index
         fps = w.fps(source_fps=episode.fps)
-        made: list[_Video] = []
+        made: list[str] = []
         try:
             for cam, fm in w.layout.cameras.items():
                 rel = w.video_rel(cam, self.chunk, idx)
-                v = _Video(rel, self._temp_path(rel))
-                made.append(v)
+                tmp = self.files.temp(rel)
+                made.append(rel)
                 frames: Frames = episode.cameras[fm.target]
                 enc = VideoEncoder(fps, fm.dtype == "uint16", w.options.lossless, w.options.crf, self._resize)
-                count = enc.encode(v.tmp, frames)
+                count = enc.encode(tmp, frames)
                 if count != n:
                     raise FrameCountMismatch(f"{episode.ref.data_path}: episode {idx} camera {fm.source} gave "
                                              f"{count} frames for {n} steps")
-                v.num_bytes, v.sha256 = os.path.getsize(v.tmp), _sha256_local(v.tmp)
             table, lang = self._episode_table(episode, fps)
         except BaseException:
-            for v in made:
-                _remove(v.tmp)
+            for rel in made:
+                self.files.drop(rel)
             raise
-        self._videos += made
         self._tables.append(table)
         distinct = list(dict.fromkeys(lang))
         self._multi_task |= len(distinct) > 1
@@ -455,19 +424,20 @@ class ChunkSink(UnitSink):
     def commit(self) -> UnitResult:
         w = self.writer
         try:
-            for v in self._videos:
-                self._publish_video(v)
+            videos = self.files.publish_all()
             data = parquet_bytes(self._chunk_table())  # a unit with no episode: no rows (readers find the schema)
             write_bytes_atomic(w.fs, join(w.dataset_dir, self.data_rel), data)
             self.result.filename = self.data_rel
             self.result.num_bytes = len(data)
             self.result.sha256 = hashlib.sha256(data).hexdigest()
-            self._sweep()
+            # final-named videos of this chunk that this commit does not hold (left by an earlier attempt that
+            # converted an episode this one quarantined)
+            self.files.sweep_dirs(f"videos/{cam}/{self.chunk}" for cam in w.layout.cameras)
         except BaseException:
             self.abort()
             raise
-        self._cleanup_scratch()
-        self.result.files = [{"name": v.rel, "num_bytes": v.num_bytes, "sha256": v.sha256} for v in self._videos]
+        self.files.close()
+        self.result.files = videos
         self.result.extra = {"chunk": self.chunk, "episodes": self._rows,
                              "step_tasks": list(self._local_tasks) if self._multi_task else [],
                              "stats": {col: s.to_dict() for col, s in self._sums.items()}}
@@ -482,59 +452,9 @@ class ChunkSink(UnitSink):
                                         pa.array(np.concatenate(self._step_tasks), type=pa.int64()))
         return table
 
-    def _publish_video(self, v: _Video) -> None:
-        w = self.writer
-        final = join(w.dataset_dir, v.rel)
-        if self._local:
-            with open(v.tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(v.tmp, final)
-            return
-        try:
-            with_retries(w.fs).put_file(v.tmp, final)
-        except Exception as exc:  # noqa: BLE001 - the store failed after its retries
-            raise storage_error(exc, url_of(w.fs, final), "uploading", w.fs) from exc
-        _remove(v.tmp)
-
-    def _sweep(self) -> None:
-        """Remove final-named files of this chunk that this commit does not hold (left by an earlier attempt that
-        converted an episode this one quarantined); temps are never touched."""
-        w = self.writer
-        keep = {_strip(join(w.dataset_dir, v.rel)) for v in self._videos}
-        dirs = [join(w.dataset_dir, "videos", cam, self.chunk) for cam in w.layout.cameras]
-        for d in dirs:
-            try:
-                names = w.fs.ls(d, detail=False)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for p in names:
-                p = p.rstrip("/")
-                if ".tmp-" not in posixpath.basename(p) and _strip(p) not in keep:
-                    w.fs.rm_file(p)
-
     def abort(self) -> None:
-        for v in self._videos:
-            _remove(v.tmp)
-        self._videos = []
+        self.files.abort()
         self._tables = []
-        self._cleanup_scratch()
-
-    def _cleanup_scratch(self) -> None:
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
-def _strip(path: str) -> str:
-    """A path without the filesystem's protocol prefix, for comparing what `ls` returns with what we joined."""
-    return path.split("://", 1)[-1].lstrip("/")
 
 
 # ---- the writer -------------------------------------------------------------------------------------------------
