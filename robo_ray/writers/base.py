@@ -21,7 +21,9 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from robo_ray.errors import ConfigError
 
 from robo_ray.storage import is_local, join, sha256_file, url_to_fs
 
@@ -128,7 +130,13 @@ class Writer(ABC):
         self.out_url = out_url
         self.mapping = mapping
         self.storage_options = storage_options or {}
-        self.options = self.Options.model_validate(options or {})
+        try:
+            self.options = self.Options.model_validate(options or {})
+        except ValidationError as exc:  # one line naming the option, not a pydantic dump
+            first = exc.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise ConfigError(f"invalid target.options.{loc} for the {self.format_name} target: {first['msg']} "
+                              f"(input {first.get('input')!r})") from None
         self.fs, self.out_root = url_to_fs(out_url, storage_options)
 
     # ---- where things go ---------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec
 from robo_ray.errors import ConfigError, DataCorrupt, EpisodeError
@@ -587,12 +587,7 @@ class LeRobotWriter(Writer):
 
     def __init__(self, out_url: str, mapping: Mapping, storage_options: dict[str, Any] | None = None,
                  options: dict[str, Any] | None = None) -> None:
-        try:
-            super().__init__(out_url, mapping, storage_options, options)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise ConfigError(f"target.options.{loc}: {first['msg']} (input {first.get('input')!r})") from None
+        super().__init__(out_url, mapping, storage_options, options)
         self.options: LeRobotOptions
         self.layout = plan_layout(mapping)
         self.data_schema = data_schema(self.layout)

@@ -471,12 +471,7 @@ class OrtfWriter(Writer):
 
     def __init__(self, out_url: str, mapping: Mapping, storage_options: dict[str, Any] | None = None,
                  options: dict[str, Any] | None = None) -> None:
-        try:
-            super().__init__(out_url, mapping, storage_options, options)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise ConfigError(f"invalid target.options.{loc}: {first['msg']}") from None
+        super().__init__(out_url, mapping, storage_options, options)
         self.layout = plan_layout(mapping)
 
     @property
