@@ -8,23 +8,39 @@ lookup) and checked by lerobot-doctor 0.2.0, in their own venv (tests/compat/ven
 2. ../shared/samples/lerobot_v21_h264_1cam (lerobot 0.3.3) -> H.264 output (`target.options.vcodec=h264`): the same;
 3. ../shared/real/g1_v21_30ep -> 26 episodes, the 4 without video (0, 3, 6, 9) quarantined by name, exit 3; the
    written episodes load in lerobot with the source's values, renumbered 0..25.
+4. other sources (issue #17 acceptance 1), `ds[i]` on every frame of each output: ../shared/samples/rlds/pusher_rlds
+   (--fps 10), the tfds-written bridge-like RLDS datasets of test_any_to_any (nested action dict, with and without
+   episode_metadata), Minari (the state-only pointmaze sample and a generated dataset with raw image observations,
+   `target.options.fps=10`) and ../shared/samples/lerobot_v30_av1_2cam: episode/frame counts, every numeric feature
+   of every sampled frame exactly equal to the source's value (read with tfds, h5py or robo-ray's LeRobot reader; as
+   the mapping's dtype, which is what `ds[i]` gives), `action` = the action leaves concatenated in mapping order,
+   tasks = the language instruction, first/middle/last frame of each camera >= 30 dB against the source's pixels,
+   stats.json with every numeric feature and camera; doctor: no FAIL.
 
     pytest -m compat tests/integration/test_lerobot_compat.py
 """
 from __future__ import annotations
 
+import io
 import json
 import sys
+from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
 import pytest
 
 from robo_ray.readers import open_reader
+from robo_ray.stages.spec import load_mapping
 from tests.compat.venvs import VenvError, ensure_lerobot_venv_timed, lerobot_read, lerobot_reference
-from tests.conftest import psnr, run_cli
+from tests.conftest import decode_all_frames, psnr, run_cli
+from tests.fixtures import minari_gen, rlds_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, expected_frame, write_lerobot_dataset
+# bridge_like: test_any_to_any's module fixture (the tfds-written bridge-like RLDS datasets), requested by name below
+from tests.integration.test_any_to_any import BRIDGE_LIKE, _lerobot_key, _step_text, bridge_like  # noqa: F401
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(3600),
               pytest.mark.xdist_group("lerobot_env")]
@@ -190,4 +206,217 @@ def test_real_g1_quarantines_four_and_loads_in_lerobot(lerobot_python, shared, t
     summary, arrays = _read(lerobot_python, out, tmp_path)
     assert summary["num_episodes"] == 26
     _check_against_source(summary, arrays, src, out, ("observation.state", "action"))
+    _doctor(lerobot_python, out, tmp_path)
+
+
+# ---- 4. RLDS, Minari and LeRobot v3.0 sources (issue #17 acceptance 1) ----------------------------------------------
+BOOKKEEPING = {"timestamp", "frame_index", "episode_index", "index", "task_index"}
+STAT_NAMES = {"min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"}
+Leaf = Callable[[str], Any]  # one source episode: source key (the mapping's `source`) -> its per-step values
+
+
+def _pixels(x: Any) -> np.ndarray:
+    """A source image as RGB: encoded bytes (RLDS JPEG) decoded with PIL, raw arrays (Minari) as they are."""
+    if isinstance(x, (bytes, np.bytes_)):
+        from PIL import Image
+
+        return np.asarray(Image.open(io.BytesIO(x)).convert("RGB"))
+    return np.asarray(x)
+
+
+def _expected_columns(out: Path, leaf: Leaf, n: int) -> dict[str, np.ndarray]:
+    """Every numeric LeRobot feature -> the n values it must hold, built from the source's leaves with the output's
+    mapping.yaml: `action` = the action leaves as float32 concatenated in mapping order, every other tensor its own
+    feature (the mapping's dtype: float64 sources are narrowed to float32, which is also all `ds[i]` returns),
+    next.reward / next.done / discount from the mapping's default sources."""
+    mapping = load_mapping((out / "mapping.yaml").read_text())
+    feats = json.loads((out / "meta/info.json").read_text())["features"]
+    actions = [fm for fm in mapping.steps if fm.role == "action"]
+    cols = {"action": np.concatenate([np.asarray(leaf(fm.source)).reshape(n, -1).astype(np.float32)
+                                      for fm in actions], 1)}
+    for fm in mapping.steps:
+        if fm.kind == "tensor" and fm.role != "action":
+            key = _lerobot_key(fm.target, fm.role)
+            assert feats[key]["dtype"] == fm.dtype, (key, feats[key]["dtype"], fm.dtype)
+            cols[key] = np.asarray(leaf(fm.source)).astype(fm.dtype).reshape(n, *feats[key]["shape"])
+    d = mapping.defaults
+    cols["next.reward"] = np.asarray(leaf(d.reward_source), np.float32).reshape(n, 1)
+    cols["next.done"] = np.asarray(leaf(d.is_terminal_source), np.bool_).reshape(n, 1)
+    if d.discount_source:
+        cols["discount"] = np.asarray(leaf(d.discount_source), np.float32).reshape(n, 1)
+    return cols
+
+
+def _check_stats(out: Path, summary: dict) -> None:
+    """meta/stats.json (as lerobot loaded it, and on disk) has every feature but strings, with all ten statistics."""
+    stats = json.loads((out / "meta/stats.json").read_text())
+    want = {k for k, f in summary["features"].items() if f["dtype"] != "string"}
+    assert set(summary["stats_keys"]) == set(stats) == want, sorted(want ^ set(stats))
+    for key, st in stats.items():
+        assert set(st) >= STAT_NAMES, (key, sorted(st))
+        if summary["features"][key]["dtype"] in ("video", "image"):
+            assert np.shape(st["mean"]) == (3, 1, 1), (key, np.shape(st["mean"]))
+
+
+def _check_from_source(summary: dict, arrays: dict, out: Path, leaves: list[Leaf],
+                       language: str | None) -> dict[str, float]:
+    """Counts, stats.json, and every sampled frame against the source episodes (`leaves`, in output order): its
+    timestamp, every numeric feature exactly (values and the dtype `ds[i]` gives), its task (the step's `language`
+    text, "" without one) and its camera frames; returns the worst PSNR per camera (each >= 30 dB)."""
+    info = json.loads((out / "meta/info.json").read_text())
+    feats, fps = info["features"], info["fps"]
+    mapping = load_mapping((out / "mapping.yaml").read_text())
+    lengths = [len(leaf(mapping.steps[0].source)) for leaf in leaves]
+    assert _source_map(out) == list(range(len(leaves)))  # nothing quarantined, source order kept
+    assert (summary["num_episodes"], summary["num_frames"], summary["fps"]) == (len(leaves), sum(lengths), fps)
+    assert [e["length"] for e in summary["episodes"]] == lengths
+    assert summary["checked_frames"] == sum(lengths) + len(summary["samples"])  # ds[i] on every frame passed
+    _check_stats(out, summary)
+    expected = [_expected_columns(out, leaf, n) for leaf, n in zip(leaves, lengths)]
+    numeric = {k for k, f in feats.items() if f["dtype"] not in ("video", "image") and k not in BOOKKEEPING}
+    assert set(expected[0]) == numeric, sorted(set(expected[0]) ^ numeric)  # every numeric feature is checked
+    cameras = [fm for fm in mapping.steps if fm.kind == "image"]
+    video_keys = [k for k, f in feats.items() if f["dtype"] == "video"]
+    assert [k.rsplit(".", 1)[-1] for k in video_keys] == [fm.source.rsplit("/", 1)[-1] for fm in cameras]
+    texts = [[_step_text(t) for t in leaf(language)] if language else [""] * n for leaf, n in zip(leaves, lengths)]
+    assert sorted(summary["tasks"].values()) == sorted({t for ep in texts for t in ep})
+    assert [sorted(e["tasks"]) for e in summary["episodes"]] == [sorted(set(ep)) for ep in texts]
+    worst = {key: 99.0 for key in video_keys}
+    for s in summary["samples"]:
+        e, k, i = s["episode_index"], s["frame_index"], s["index"]
+        where = f"episode {e} frame {k}"
+        assert abs(s["timestamp"] - k / fps) < 1e-6, (where, s["timestamp"])
+        assert s["task"] == texts[e][k], where
+        for key, col in expected[e].items():
+            got = arrays[f"{i}/{key}"]
+            assert got.dtype == col.dtype, (where, key, got.dtype, col.dtype)
+            assert np.array_equal(got.reshape(-1), col[k].reshape(-1)), (where, key, got, col[k])
+        for fm, key in zip(cameras, video_keys):
+            worst[key] = min(worst[key], psnr(arrays[f"{i}/{key}"], _pixels(leaves[e](fm.source)[k])))
+    assert all(v >= 30.0 for v in worst.values()), worst
+    return worst
+
+
+def _rlds_leaves(src: Path) -> list[Leaf]:
+    """The episodes as tfds itself returns them (images left encoded), in the reader's order (splits as listed)."""
+    splits = [s["name"] for s in json.loads((src / "dataset_info.json").read_text())["splits"]]
+    return [lambda key, ep=ep: ep[f"steps/{key}"] for split in splits for ep in rlds_gen.tfds_episodes(src, split)]
+
+
+def test_rlds_pusher_sample_loads_in_lerobot(lerobot_python, shared, tmp_path):
+    src = shared / "samples/rlds/pusher_rlds/1.0.0"
+    out = tmp_path / "robo"
+    _convert(src, out, "--fps", "10")
+    summary, arrays = _read(lerobot_python, out, tmp_path, "--all-frames")
+    assert (summary["num_episodes"], summary["num_frames"], summary["fps"]) == (4, 290, 10)
+    numeric = {k for k, f in summary["features"].items() if f["dtype"] != "video" and k not in BOOKKEEPING}
+    assert numeric == {"action", "observation.state", "next.reward", "next.done", "discount"}
+    worst = _check_from_source(summary, arrays, out, _rlds_leaves(src), "language_instruction")
+    assert set(worst) == {"observation.images.image", "observation.images.wrist_image"}
+    print(worst)
+    _doctor(lerobot_python, out, tmp_path)
+
+
+@pytest.mark.parametrize("variant", list(BRIDGE_LIKE))
+def test_rlds_bridge_like_loads_in_lerobot(variant, bridge_like, lerobot_python, tmp_path):  # noqa: F811
+    src = bridge_like[variant]
+    top = json.loads((src / "features.json").read_text())["featuresDict"]["features"]
+    assert ("episode_metadata" in top) == BRIDGE_LIKE[variant]
+    out = tmp_path / "robo"
+    _convert(src, out, "--fps", "10")
+    summary, arrays = _read(lerobot_python, out, tmp_path, "--all-frames")
+    actions = [fm.source for fm in load_mapping((out / "mapping.yaml").read_text()).steps if fm.role == "action"]
+    assert sorted(actions) == ["action/counts", "action/gripper", "action/open_gripper", "action/rotation_delta",
+                               "action/terminate_episode", "action/world_vector"]
+    assert summary["features"]["action"]["shape"] == [13]  # 2 + 3 + 1 + 3 + 1 + 3
+    numeric = {k for k, f in summary["features"].items() if f["dtype"] != "video" and k not in BOOKKEEPING}
+    assert numeric == {"action", "observation.state", "observation.natural_language_embedding",
+                       "observation.clip_function_input.workspace_bounds", "observation.heightmap",
+                       "next.reward", "next.done"}
+    worst = _check_from_source(summary, arrays, out, _rlds_leaves(src), "observation/natural_language_instruction")
+    assert set(worst) == {"observation.images.image"}
+    _doctor(lerobot_python, out, tmp_path)
+
+
+def _minari_leaf(group: Any) -> Leaf:
+    """One Minari HDF5 episode in robo-ray's T+1-step layout: transition columns (T rows) get a zero last row,
+    observations and per-step infos (T+1 rows) stay; is_terminal = terminations[-1] on the last step, discount 0
+    after a terminating transition and on the last step (robo_ray/formats/minari/reader.py)."""
+    T = len(group["actions"])
+    term = np.concatenate([np.asarray(group["terminations"][()], bool), [False]])
+
+    def leaf(key: str) -> np.ndarray:
+        if key == "is_terminal":
+            return np.arange(T + 1) == T if term[T - 1] else np.zeros(T + 1, bool)
+        if key == "discount":
+            discount = np.where(term, 0.0, 1.0)
+            discount[-1] = 0.0
+            return discount
+        value = np.asarray(group[key][()])
+        assert len(value) in (T, T + 1), (key, value.shape, T)
+        return np.concatenate([value, np.zeros_like(value[:1])]) if len(value) == T else value
+    return leaf
+
+
+@pytest.mark.parametrize("case", ["pointmaze-sample", "image-raw"])
+@pytest.mark.filterwarnings("ignore:`eval_env` is set to None:UserWarning")  # minari's DataCollector
+def test_minari_loads_in_lerobot(case, lerobot_python, shared, tmp_path, monkeypatch):
+    if case == "pointmaze-sample":
+        src = shared / "samples/minari/pointmaze/umaze-random-v0"
+    else:
+        monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))  # make_dataset sets it; restored after the test
+        src = tmp_path.joinpath(*minari_gen.make_dataset(tmp_path, "image", "hdf5", jpeg=False).split("/"))
+    out = tmp_path / "robo"
+    _convert(src, out, "--set", "target.options.fps=10")  # Minari records no rate (the reader takes no --fps)
+    summary, arrays = _read(lerobot_python, out, tmp_path, "--all-frames")
+    import h5py
+
+    with h5py.File(src / "data/main_data.hdf5", "r") as f:
+        leaves = [_minari_leaf(f[f"episode_{e}"]) for e in range(len(f))]
+        worst = _check_from_source(summary, arrays, out, leaves, None)
+    if case == "pointmaze-sample":
+        assert (summary["num_episodes"], summary["num_frames"]) == (4, 604)  # 4 x (150 transitions + 1)
+        assert summary["video_keys"] == [] and worst == {}
+        assert {"observation.achieved_goal", "observation.desired_goal", "observation.observation",
+                "info.success"} <= set(summary["features"])
+    else:
+        assert summary["num_frames"] == sum(n + 1 for n in minari_gen.LENGTHS)
+        assert set(worst) == {"observation.images.pixels"}
+        assert {"observation.state", "info.dist", "info.success"} <= set(summary["features"])
+    _doctor(lerobot_python, out, tmp_path)
+
+
+@lru_cache(maxsize=4)
+def _decoded_video(path: str) -> tuple[tuple[float, np.ndarray], ...]:
+    return tuple(decode_all_frames(Path(path)))
+
+
+def test_lerobot_v30_av1_sample_loads_in_lerobot(lerobot_python, shared, tmp_path):
+    src = shared / "samples/lerobot_v30_av1_2cam"
+    out = tmp_path / "robo"
+    _convert(src, out)
+    info = json.loads((out / "meta/info.json").read_text())
+    cams = [k for k, v in info["features"].items() if v["dtype"] == "video"]
+    assert sorted(cams) == ["observation.images.side", "observation.images.top"]
+    assert all(info["features"][k]["info"]["video.codec"] == "av1" for k in cams)
+    summary, arrays = _read(lerobot_python, out, tmp_path, "--all-frames")
+    reader = open_reader(str(src))
+    inv = reader.discover()
+    assert (summary["num_episodes"], summary["num_frames"], summary["fps"]) == (4, 420, 20)
+    assert [e["length"] for e in summary["episodes"]] == [r.length for r in inv.refs]
+    assert summary["checked_frames"] == 420 + len(summary["samples"])
+    assert sorted(summary["tasks"].values()) == sorted(inv.tasks)
+    _check_stats(out, summary)
+    _check_against_source(summary, arrays, src, out, ("observation.state", "action", "next.reward", "next.done"))
+    worst = {cam: 99.0 for cam in cams}
+    for s in summary["samples"]:  # against the source MP4's frame at from_timestamp + k/fps, decoded with PyAV
+        ref = inv.refs[s["episode_index"]]
+        for cam in cams:
+            vref = ref.video_map[cam]
+            t = vref.from_timestamp + s["frame_index"] / inv.fps
+            at, want = min(_decoded_video(str(src / vref.path)), key=lambda f: abs(f[0] - t))
+            assert abs(at - t) < 1e-4, (cam, s["episode_index"], s["frame_index"], at, t)
+            worst[cam] = min(worst[cam], psnr(arrays[f"{s['index']}/{cam}"], want))
+    print(worst)
+    assert min(worst.values()) >= 30.0, worst
     _doctor(lerobot_python, out, tmp_path)
