@@ -222,7 +222,6 @@ class CanonicalEpisode:
     language: list[str]  # the instruction of each step ("" when the source has none)
     metadata: dict[str, Any]  # episode metadata, typed as the mapping says
     timestamps: np.ndarray | None = None  # per-step source time (episode-relative seconds), when known
-    fps: float = 0.0  # the source's frame rate (Inventory.fps); 0 when the source records none
 
     @property
     def episode_index(self) -> int:

@@ -31,7 +31,7 @@ from robo_ray.errors import EpisodeTimedOut, RoboRayError
 
 if TYPE_CHECKING:  # video.py imports this module: keep it light
     from robo_ray.stages.plan import Unit
-    from robo_ray.writers.base import UnitResult as ShardResult
+    from robo_ray.writers.base import UnitResult
 
 TIMED_OUT = EpisodeTimedOut.code  # EP902
 WORKER_BEAT_S = 0.5  # an in-process worker thread's progress messages: at most this often
@@ -207,7 +207,7 @@ def without(unit: Unit, skip: Iterable[int]) -> Unit:
     return dataclasses.replace(unit, refs=tuple(r for r in unit.refs if r.episode_index not in gone)) if gone else unit
 
 
-def with_quarantined(res: ShardResult, records: Iterable[dict[str, Any]]) -> ShardResult:
+def with_quarantined(res: UnitResult, records: Iterable[dict[str, Any]]) -> UnitResult:
     """`res` (a shard of the unit minus skipped episodes) plus the skipped episodes' records, in episode order."""
     records = list(records)
     if records:
@@ -224,7 +224,7 @@ class Abandoned(BaseException):
 @dataclass
 class Outcome:
     kind: str  # done | error | stuck
-    result: ShardResult | None = None
+    result: UnitResult | None = None
     error: BaseException | None = None
     verdict: Verdict | None = None
 

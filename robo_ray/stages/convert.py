@@ -150,7 +150,7 @@ class UnitConverter:
                     for k in self.mapping.episode_metadata}
         cameras = {fm.target: self._frames(ep, fm) for fm in self.mapping.image_maps()}
         return CanonicalEpisode(ref, n, tensors, texts, cameras, reward, discount, is_first, is_last, is_terminal,
-                                lang, metadata, ep.timestamps, float(getattr(self.reader, "fps", 0.0) or 0.0))
+                                lang, metadata, ep.timestamps)
 
     def _step_column(self, ep: Episode, key: str, dtype: type) -> np.ndarray:
         """A per-step source column used for a step field (reward, discount, flags): one value a step."""

@@ -121,7 +121,6 @@ class Writer(ABC):
     format_name: ClassVar[str]
     title: ClassVar[str]  # e.g. "RLDS (TFDS TFRecord)", for reports
     paired_reader: ClassVar[str | None] = None  # the reader format that reads this output back (round trips)
-    image_encoding: ClassVar[str] = "jpeg"  # the default `images.encoding` of the mapping for this target
     Options: ClassVar[type[WriterOptions]] = WriterOptions
     OUTPUTS: ClassVar[tuple[str, ...]] = ()  # top-level entries of the output root this target writes
 
@@ -239,9 +238,11 @@ class Writer(ABC):
         """Write the dataset's metadata from the unit results (last: the commit). Returns a small summary."""
 
     @abstractmethod
-    def verify(self, ctx: VerifyContext, res: "ValidationResult") -> None:
+    def verify(self, ctx: VerifyContext, res: "ValidationResult") -> bool:
         """The format-specific half of Validate: re-read the written files, add checks to `res` and fill
-        res.episode_steps / steps / shard_sha256 / psnr / statistics (robo_ray.stages.validate does the rest)."""
+        res.episode_steps / steps / shard_sha256 / psnr / statistics (robo_ray.stages.validate does the rest).
+        Returns whether the dataset is committed (its commit files exist): only then do the dataset-level checks
+        (discovered = written + quarantined, steps) apply."""
 
     def read_back_names(self) -> dict[str, str]:
         """{mapping target: the canonical name the paired reader gives that feature back}, for round trips through

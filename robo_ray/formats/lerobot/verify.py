@@ -58,11 +58,12 @@ class LeRobotVerifier:
         return join(self.root, rel)
 
     # ---- the pass ----------------------------------------------------------------------------------------------
-    def run(self, res: ValidationResult) -> None:
+    def run(self, res: ValidationResult) -> bool:
+        """Verify; returns whether the dataset is committed (a readable meta/info.json)."""
         info = self._check_info(res)
         if info is None:
             self._check_unfinished(res)
-            return
+            return False
         fps = int(info["fps"])
         self._check_files(res)
         episodes = self._check_episodes(res, info, fps)
@@ -76,6 +77,7 @@ class LeRobotVerifier:
         sample_checks(self.ctx, self.writer.mapping, samples, res)
         self._paired_reader(res, len(episodes))
         res.set_episodes({source_of[k]: int(ep["length"]) for k, ep in enumerate(episodes)})
+        return True
 
     # ---- metadata ----------------------------------------------------------------------------------------------
     def _check_info(self, res: ValidationResult) -> dict[str, Any] | None:

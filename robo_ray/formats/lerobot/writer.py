@@ -581,7 +581,6 @@ class LeRobotWriter(Writer):
     format_name = "lerobot"
     title = "LeRobot v3.0"
     paired_reader = "lerobot"
-    image_encoding = "png"
     Options = LeRobotOptions
     OUTPUTS = ("data", "meta", "videos")
 
@@ -825,10 +824,10 @@ class LeRobotWriter(Writer):
                 INFO: json.dumps(info, indent=4).encode()}
 
     # ---- validate -----------------------------------------------------------------------------------------------
-    def verify(self, ctx: VerifyContext, res: Any) -> None:
+    def verify(self, ctx: VerifyContext, res: Any) -> bool:
         from robo_ray.formats.lerobot.verify import LeRobotVerifier
 
-        LeRobotVerifier(self, ctx).run(res)
+        return LeRobotVerifier(self, ctx).run(res)
 
     def usage(self) -> list[str]:
         return ["```python", "from lerobot.datasets.lerobot_dataset import LeRobotDataset  # lerobot >= 0.4", "",

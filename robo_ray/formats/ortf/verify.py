@@ -54,10 +54,11 @@ class OrtfVerifier:
         return join(self.root, rel)
 
     # ---- the pass ----------------------------------------------------------------------------------------------
-    def run(self, res: ValidationResult) -> None:
+    def run(self, res: ValidationResult) -> bool:
+        """Verify; returns whether the dataset is committed (a valid meta/manifest.json)."""
         manifest = self._check_manifest(res)
         if manifest is None:
-            return
+            return False
         hz = manifest["action_space"].get("control_frequency_hz")
         self.rate = Fraction(hz if isinstance(hz, (int, float)) and hz > 0 else 1).limit_denominator(1001)
         for name in (EPISODES, TASKS, STATS):
@@ -94,6 +95,7 @@ class OrtfVerifier:
             res.add("ortf read-back", True, "skipped: damaged files are named above")
         else:
             self._readback(res)
+        return True
 
     # ---- manifest (the commit) ---------------------------------------------------------------------------------
     def _check_manifest(self, res: ValidationResult) -> dict[str, Any] | None:

@@ -362,7 +362,7 @@ class ChunkSink(UnitSink):
         """Encode the episode's cameras (temp files), then buffer its rows; if anything fails the episode's temps
         are removed and the unit is as if it had never been offered."""
         w, n, idx = self.writer, episode.length, episode.episode_index
-        fps = w.fps(source_fps=episode.fps)
+        fps = w.fps()  # resolved from the source by the driver (unit_options) into every worker's options
         made: list[str] = []
         try:
             for cam, fm in w.layout.cameras.items():
@@ -464,7 +464,6 @@ class OrtfWriter(Writer):
     format_name = "ortf"
     title = "ORTF v0.2 (Parquet + MP4)"
     paired_reader = "ortf"
-    image_encoding = "png"
     Options = OrtfOptions
     OUTPUTS = ("data", "meta", "videos")
     options: OrtfOptions
@@ -482,11 +481,9 @@ class OrtfWriter(Writer):
         return [MANIFEST]
 
     # ---- options ------------------------------------------------------------------------------------------------
-    def fps(self, inv: Inventory | None = None, source_fps: float = 0.0) -> float:
-        """The output's frame rate: target.options.fps, else the source's (the inventory's, or the one a canonical
-        episode carries); refused when neither is known."""
-        if inv is not None:
-            source_fps = inv.fps or 0.0
+    def fps(self, inv: Inventory | None = None) -> float:
+        """The output's frame rate: target.options.fps, else the inventory's; refused when neither is known."""
+        source_fps = (inv.fps or 0.0) if inv is not None else 0.0
         fps = self.options.fps or (source_fps if source_fps > 0 else None)
         if not fps:
             where = f"the source ({inv.source_format}) records" if inv is not None else "the source records"
@@ -652,10 +649,10 @@ class OrtfWriter(Writer):
             write_bytes_atomic(self.fs, join(self.dataset_dir, name), meta[name])
         return json.loads(meta[MANIFEST])
 
-    def verify(self, ctx: VerifyContext, res: Any) -> None:
+    def verify(self, ctx: VerifyContext, res: Any) -> bool:
         from robo_ray.formats.ortf.verify import OrtfVerifier
 
-        OrtfVerifier(self, ctx).run(res)
+        return OrtfVerifier(self, ctx).run(res)
 
     def usage(self) -> list[str]:
         return ["```python", "from robo_ray.readers import open_reader", "",

@@ -46,11 +46,12 @@ class RldsVerifier:
         self.dataset_dir = writer.dataset_dir
         self._stats = StatsAccumulator(self.mapping)
 
-    def run(self, res: ValidationResult) -> None:
+    def run(self, res: ValidationResult) -> bool:
+        """Verify; returns whether the dataset is committed (dataset_info.json and features.json exist)."""
         info = self._check_metadata(res)
         if info is None:
             self._check_unfinished(res)
-            return
+            return False
         shards = [(shard_filename(self.mapping.dataset_name, str(sp["name"]), i, len(sp["shardLengths"])), int(n))
                   for sp in info["splits"] for i, n in enumerate(sp["shardLengths"])]
         self._splits = [str(sp["name"]) for sp in info["splits"]]
@@ -59,6 +60,7 @@ class RldsVerifier:
         sample_checks(self.ctx, self.mapping, samples, res)
         if self.ctx.loader_readback:
             self._tfds_readback(res)
+        return True
 
     # ---- metadata --------------------------------------------------------------------------------------------
     def _check_metadata(self, res: ValidationResult) -> dict[str, Any] | None:

@@ -33,9 +33,6 @@ from robo_ray.formats.rlds.tfrecord import framed_chunks
 from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer
 
 
-ShardResult = UnitResult  # one unit = one shard
-
-
 def episode_features(steps: dict[str, FeatureValue], metadata: dict[str, Any]) -> dict[str, FeatureValue]:
     """Flat `steps/...` and `episode_metadata/...` keys, as tfds' ExampleSerializer lays them out."""
     flat: dict[str, FeatureValue] = {f"steps/{k}": v for k, v in steps.items()}
@@ -162,7 +159,6 @@ class RldsWriter(Writer):
     format_name = "rlds"
     title = "RLDS (TFDS TFRecord)"
     paired_reader = "rlds"
-    image_encoding = "jpeg"
     OUTPUTS = ("rlds",)
 
     def __init__(self, out_url: str, mapping: Mapping, storage_options: dict[str, Any] | None = None,
@@ -248,10 +244,10 @@ class RldsWriter(Writer):
                           json.dumps(info, indent=2, sort_keys=True))
         return info
 
-    def verify(self, ctx: VerifyContext, res: Any) -> None:
+    def verify(self, ctx: VerifyContext, res: Any) -> bool:
         from robo_ray.formats.rlds.verify import RldsVerifier
 
-        RldsVerifier(self, ctx).run(res)
+        return RldsVerifier(self, ctx).run(res)
 
     def usage(self) -> list[str]:
         rel = self.dataset_rel
