@@ -2,30 +2,29 @@
 
 How a job runs (driver = the process that called `run_pipeline`, e.g. `robo-ray run` or `ray_jobs.convert`):
 
-1. The driver discovers the source (it reads the episode index through fsspec) and plans the units (one unit = one
-   output shard = an ordered run of episodes sharing source files). It builds a Ray Dataset with one row and one
-   block per unit (`ray.data.from_items`); a row carries the pickled `Unit` (episode refs only, no data).
-2. `map_batches(UnitWorker, batch_size=1, compute=ActorPoolStrategy(size=N, max_tasks_in_flight_per_actor=1))`:
-   each actor builds one `UnitConverter` and keeps it (PyAV containers, filesystems, JPEG encoders) across units.
-   An actor reads, decodes, encodes and writes its shard itself and returns a ~1 KB JSON row; frames never enter
-   the object store. One task in flight per actor, so a slow unit never holds others hostage in its queue.
+1. `start()` (called by `run_pipeline` before Discover) brings Ray and the pool's actors up in a background thread,
+   so `ray.init` (~6 s here: GCS, raylet, API server) and the actors' imports overlap Discover and Spec.
+2. The driver discovers the source (it reads the episode index through fsspec) and plans the units (one unit = one
+   output shard = an ordered run of episodes sharing source files). The pool is a plain list of `UnitActor`s; the
+   driver keeps one unit in flight per actor (`ray.wait`), longest units first. A call carries the job by
+   reference (`WorkerContext`, put once) and the pickled `Unit` (episode refs only, no data). Each actor builds one
+   `UnitConverter` per job and keeps it (PyAV containers, filesystems, JPEG encoders) across units; it reads,
+   decodes, encodes and writes its shard itself and returns a ~1 KB dict: frames never enter the object store.
 3. A `Publisher` actor (`num_cpus=0`; the same class the in-process path uses) receives `begin`/`record` calls from
    the workers: it counts attempts, appends progress.jsonl, keeps ledger.json, and at the end writes
    features.json + dataset_info.json (the commit), runs Validate and Publish and returns the `RunOutcome`.
 
-Why Ray Data can be used with bounded retries (checked against the installed Ray 2.60 source,
-ray/data/_internal/execution/operators/actor_pool_map_operator.py): Ray Data creates pool actors with
-`max_restarts=-1, max_task_retries=-1`, i.e. a unit that kills its worker is retried forever. We keep actor
-restarts unlimited (a killed actor must come back) but count attempts ourselves: every call first asks the
-Publisher `begin(unit)`, which increments the unit's attempt count. When the count exceeds `max_attempts`, the
-worker does not touch the unit again; it commits an empty shard whose episodes are all quarantined (EP900 "worker
-crashed N times", or EP901 with the last exception) and the job goes on. As a backstop `max_task_retries` is finite
-(`max_attempts + 2`) and `DataContext.max_errored_blocks = -1`, so a unit Ray itself gives up on is dropped from
-the stream instead of failing the job; the Publisher then quarantines it (EP901) before the commit.
-`DataContext.actor_task_retry_on_errors = True` makes Python exceptions retry under the same budget.
+Bounded retries: actors restart without limit (`max_restarts=-1`: a killed actor must come back) and Ray never
+retries a call (`max_task_retries=0`); the driver resubmits a unit whose call failed (actor died, killed by the
+watchdog, or a Python exception). Every call first asks the Publisher `begin(unit)`, which increments the unit's
+attempt count; when the count exceeds `max_attempts`, the worker does not touch the unit again: it commits an empty
+shard whose episodes are all quarantined (EP900 "worker crashed N times", or EP901 with the last exception) and the
+job goes on. As a backstop the driver stops resubmitting after `max_attempts + 2` calls; the Publisher then
+quarantines the unit (EP901) before the commit.
 
-A plain pool of `@ray.remote` actors would give the same control; Ray Data was kept because it gives the actor pool,
-backpressure and scheduling for free, and its retry semantics can be bounded this way without patching it.
+Why not Ray Data (used until #15): `from_items(...).map_batches(ActorPoolStrategy)` cost 6.2 s for a 2-unit job
+against 1.9 s for the same two actors called directly (/tmp measurement in docs/NOTES.md), its pool cannot start
+before the job's plan exists, and its retry semantics (`max_task_retries=-1`) had to be bounded from outside.
 
 Modes: safe = 1 actor; parallel-half = half the cluster's CPUs; parallel-max = all CPUs but one (at least 1);
 `actors=N` overrides. More actors than units are never started. Address: None = in-process `ray.init()` (or the
@@ -46,7 +45,6 @@ Progress: `progress(done, total)` per finished unit (the CLI draws a bar on a TT
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pickle
@@ -54,14 +52,14 @@ import sys
 import threading
 import time
 import uuid
-import warnings
+from collections import deque
 from typing import Any, Callable, Iterator, TextIO
 
 import ray
 
 from robo_ray.errors import RoboRayError, UsageError
 from robo_ray.ray_exec.faults import FaultPlan
-from robo_ray.ray_exec.worker import AttemptCounter, UnitWorker
+from robo_ray.ray_exec.worker import AttemptCounter, UnitActor, WorkerContext
 from robo_ray.stages.pipeline import (UNIT_FAILED, JobSpec, Publisher, PublishSpec, RunOutcome, quarantine_lines,
                                       quarantine_unit)
 from robo_ray.stages.plan import Unit
@@ -162,6 +160,10 @@ class RayExecutor:
         self._cluster_cpus: float | None = None
         self._started_ray = False
         self.publisher_name: str | None = None
+        self._starter: threading.Thread | None = None  # `start`: brings Ray and the pool up in the background
+        self._ready, self._release = threading.Event(), threading.Event()
+        self._start_error: BaseException | None = None
+        self._pool: list[Any] = []
 
     # ---- cluster ----------------------------------------------------------------------------------------------
     @property
@@ -173,6 +175,8 @@ class RayExecutor:
 
     def connect(self) -> float:
         """Initialise Ray if needed; returns the cluster's CPU count."""
+        if threading.current_thread() is not self._starter:
+            self._join_starter()
         if not ray.is_initialized():
             addr = self.address
             if addr in (None, "", "local") and not (addr is None and os.environ.get("RAY_ADDRESS")):
@@ -193,54 +197,108 @@ class RayExecutor:
 
     def shutdown(self) -> None:
         """Stop Ray if this executor started it."""
+        try:
+            self._join_starter()
+        except BaseException:  # noqa: BLE001 - shutting down: a failed start has nothing left to stop
+            pass
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
         self._started_ray = False
+        self._release.set()
+        self._starter = None
 
     # ---- the actor pool ---------------------------------------------------------------------------------------
-    def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any) -> Iterator[UnitResult]:
-        """Run `units` on the pool; yield each unit's result as it finishes (any order). Units Ray gave up on are
-        simply absent (the caller quarantines them)."""
-        from ray.data import ActorPoolStrategy, DataContext
+    def start(self) -> None:
+        """Bring the cluster and the pool's actors up in the background while Discover and Spec run on the driver
+        (`_stream` waits for them). Without it, `_stream` starts them itself."""
+        if self._starter is None:
+            self._ready.clear()
+            self._starter = threading.Thread(target=self._start_pool, name="robo-ray-start", daemon=True)
+            self._starter.start()
 
-        cpus = self._cluster_cpus or self.connect()
+    def _start_pool(self) -> None:
+        try:
+            cpus = self.connect()
+            self._pool = self._new_actors(actors_for_mode(self.mode, cpus, self.actors), cpus)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the driver's thread by `_join_starter`
+            self._start_error = exc
+        finally:
+            self._ready.set()
+        # Stay alive: the processes `ray.init` started here die with this thread (Linux parent-death signal).
+        self._release.wait()
+
+    def _join_starter(self) -> None:
+        """Wait for `start`'s thread to be done starting; raise what it raised."""
+        if self._starter is None:
+            return
+        self._ready.wait()
+        if self._start_error is not None:
+            err, self._start_error = self._start_error, None
+            raise err
+
+    def _new_actors(self, n: int, cpus: float) -> list[Any]:
+        """n pool actors: unlimited restarts (a killed actor comes back), no task retries (the executor resubmits,
+        bounded by the attempt count), one CPU each unless more actors than CPUs were asked for."""
+        cpus_per_actor = 1.0 if n <= cpus else max(0.01, round(cpus / n, 2))
+        cls = ray.remote(UnitActor).options(num_cpus=cpus_per_actor, max_restarts=-1, max_task_retries=0)
+        return [cls.remote() for _ in range(n)]
+
+    def _actors(self, n: int) -> list[Any]:
+        """n actors of the pool: the ones `start` brought up (extras killed), more if needed."""
+        cpus = self.connect()
+        pool, extra, self._pool = self._pool[:n], self._pool[n:], []
+        for actor in extra:
+            ray.kill(actor)
+        if len(pool) < n:
+            pool += self._new_actors(n - len(pool), cpus)
+        return pool
+
+    def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any) -> Iterator[UnitResult]:
+        """Run `units` on the pool; yield each unit's result as it finishes (any order). A unit whose call fails
+        (its actor died, was killed by the watchdog, or raised) is resubmitted: the worker's `begin` counts the
+        attempt and quarantines the unit once `max_attempts` is used up; a unit still failing after
+        `max_attempts + 2` calls is given up (absent from the results; the caller quarantines it)."""
+        cpus = self.connect()
         n = max(1, min(actors_for_mode(self.mode, cpus, self.actors), len(units)))
         self.last_actor_count = n
-        cpus_per_actor = 1.0 if n <= cpus else max(0.01, round(cpus / n, 2))
         faults = FaultPlan.from_env()
         if faults.active:
             log.warning("TEST-ONLY fault injection active: %s", faults.describe())
             print(f"robo-ray: WARNING test-only fault injection active: {faults.describe()}", file=sys.stderr)
-        logging.getLogger("ray.data").setLevel(logging.WARNING)  # its INFO lines would drown the status lines
-        ctx = DataContext.get_current()
-        saved = {k: getattr(ctx, k) for k in ("max_errored_blocks", "actor_task_retry_on_errors",
-                                                "enable_progress_bars")}
-        ctx.max_errored_blocks = -1
-        ctx.actor_task_retry_on_errors = True
-        ctx.enable_progress_bars = False
+        actors = self._actors(n)
+        ctx = ray.put(WorkerContext(uuid.uuid4().hex, job, coordinator, self.max_attempts, faults))
+        # longest units first (LPT): the pool's last unit is a short one, so no actor idles through a long tail
+        queue = deque(sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index)))
+        calls: dict[int, int] = {}
+        running: dict[Any, tuple[Any, Unit]] = {}
+        idle = list(actors)
         watchdog = _Watchdog(coordinator, job.limits)
+        watchdog.start()
         try:
-            # longest units first (LPT): the pool's last unit is a short one, so no actor idles through a long tail
-            by_size = sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index))
-            items = [{"unit_index": u.index, "unit": pickle.dumps(u)} for u in by_size]
-            ds = ray.data.from_items(items, override_num_blocks=len(items))
-            with warnings.catch_warnings():
-                # max_restarts / max_task_retries go through **ray_remote_args, deprecated in Ray 2.60 (removal
-                # planned for 2.64). They are only the backstop: the attempt count in `begin` is the real bound.
-                warnings.simplefilter("ignore", category=DeprecationWarning)
-                ds = ds.map_batches(
-                    UnitWorker, batch_size=1,
-                    compute=ActorPoolStrategy(size=n, max_tasks_in_flight_per_actor=1),
-                    fn_constructor_kwargs={"job": job, "coordinator": coordinator,
-                                           "max_attempts": self.max_attempts, "faults": faults},
-                    num_cpus=cpus_per_actor, max_restarts=-1, max_task_retries=self.max_attempts + 2)
-            watchdog.start()
-            for row in ds.iter_rows():
-                yield UnitResult.from_dict(json.loads(row["result"]))
+            while queue or running:
+                while queue and idle:  # one unit in flight per actor: backpressure, no unit queued behind a slow one
+                    unit, actor = queue.popleft(), idle.pop()
+                    calls[unit.index] = calls.get(unit.index, 0) + 1
+                    running[actor.run_unit.remote(ctx, pickle.dumps(unit))] = (actor, unit)
+                done, _ = ray.wait(list(running), num_returns=1)
+                actor, unit = running.pop(done[0])
+                idle.append(actor)
+                try:
+                    row = ray.get(done[0])
+                except ray.exceptions.RayError as exc:
+                    if calls[unit.index] < self.max_attempts + 2:
+                        log.info("unit %s: call %d failed (%s); resubmitting", unit.index, calls[unit.index],
+                                 type(exc).__name__)
+                        queue.appendleft(unit)
+                    else:
+                        log.warning("unit %s: giving up after %d calls: %s", unit.index, calls[unit.index],
+                                    str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+                    continue
+                yield UnitResult.from_dict(row)
         finally:
             watchdog.stop()
-            for k, v in saved.items():
-                setattr(ctx, k, v)
+            for actor in actors:
+                ray.kill(actor)
 
     def run(self, units: list[Unit], job: JobSpec) -> Iterator[UnitResult]:
         """The plain Executor protocol: results only (no Publisher actor)."""

@@ -1,14 +1,14 @@
-"""The actor side: `UnitWorker` is the callable class handed to `Dataset.map_batches` (one instance per actor of
-the pool), `AttemptCounter` the minimal coordinator used when no Publisher actor is involved."""
+"""The actor side: `UnitActor` is the class of the pool's actors (one converter per actor, kept across units),
+`WorkerContext` what every call carries, `AttemptCounter` the minimal coordinator used when no Publisher actor is
+involved."""
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import socket
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import ray
 
 from robo_ray.ray_exec.faults import FaultPlan
@@ -19,13 +19,26 @@ from robo_ray.watchdog import ACTIVITY, ACTOR_BEAT_S, InFlight, Limits, Watchdog
 from robo_ray.writers import UnitResult
 
 
-class UnitWorker:
-    """One per actor. Holds a `UnitConverter` (reader, open PyAV containers, JPEG encoders, writer) for the actor's
-    lifetime and converts one unit per call: reads, decodes, encodes and writes the shard itself, so decoded frames
-    never reach the object store; returns one small JSON row (episodes, steps, sha256, bytes, quarantined).
+@dataclass
+class WorkerContext:
+    """The job as the pool's actors see it; put in the object store once and passed by reference to every call, so
+    an actor that Ray restarted (after a crash or a watchdog kill) rebuilds its converter from the next call."""
+
+    key: str  # one per job: an actor rebuilds its converter when the key changes
+    job: JobSpec
+    coordinator: Any  # the Publisher actor (or an AttemptCounter): attempts, heartbeats, the ledger
+    max_attempts: int
+    faults: FaultPlan = field(default_factory=FaultPlan)
+
+
+class UnitActor:
+    """One per actor of the pool, started before the job is known (its imports overlap Discover and Spec). Holds a
+    `UnitConverter` (reader, open PyAV containers, JPEG encoders, writer) for the job and converts one unit per
+    call: reads, decodes, encodes and writes the shard itself, so decoded frames never reach the object store;
+    returns one small dict (episodes, steps, sha256, bytes, quarantined).
 
     Attempts are counted by the coordinator (the Publisher actor): a unit whose worker keeps dying is quarantined
-    as a whole once `max_attempts` is used up, which bounds Ray's otherwise unbounded actor-task retries.
+    as a whole once `max_attempts` is used up, which bounds the executor's resubmissions.
 
     Watchdog: `begin` hands the coordinator this actor's handle, and the conversion's progress (episode started,
     file opened, frames decoded: robo_ray.watchdog.ACTIVITY) goes to it as heartbeats; the driver kills an
@@ -33,17 +46,27 @@ class UnitWorker:
     the episodes that timed out (quarantined EP902); a unit that timed out as a whole on every attempt is
     quarantined EP902."""
 
-    def __init__(self, job: JobSpec, coordinator: Any, max_attempts: int, faults: FaultPlan | None = None) -> None:
-        self.coordinator = coordinator
-        self.max_attempts = max_attempts
-        self.faults = faults or FaultPlan()
-        self.converter = job.make_converter(ChainedHooks(self.faults.hooks(), WatchdogHooks()))
+    def __init__(self) -> None:
         self.who = f"{socket.gethostname()}:{os.getpid()}"
         self.actor = ray.get_runtime_context().current_actor
+        self.key: str | None = None
+        self.converter: Any = None
+        self.coordinator: Any = None
+        self.max_attempts = 1
+        self.faults = FaultPlan()
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        rows = [json.dumps(self.convert(pickle.loads(blob))) for blob in batch["unit"]]
-        return {"result": np.array(rows, dtype=object)}
+    def ready(self) -> str:
+        """Answers once the actor is up (its imports done)."""
+        return self.who
+
+    def run_unit(self, ctx: WorkerContext, blob: bytes) -> dict[str, Any]:
+        """Convert one pickled `Unit` of the job `ctx` (see `convert`)."""
+        if ctx.key != self.key:
+            self._close()
+            self.coordinator, self.max_attempts, self.faults = ctx.coordinator, ctx.max_attempts, ctx.faults
+            self.converter = ctx.job.make_converter(ChainedHooks(self.faults.hooks(), WatchdogHooks()))
+            self.key = ctx.key
+        return self.convert(pickle.loads(blob))
 
     def convert(self, unit: Unit) -> dict[str, Any]:
         reply = ray.get(self.coordinator.begin.remote(unit.index, self.who, self.actor))
@@ -79,13 +102,17 @@ class UnitWorker:
         ray.get(self.coordinator.record.remote(row))  # durable in the ledger before the task returns
         return row
 
-    def __del__(self) -> None:
-        conv = getattr(self, "converter", None)
-        if conv is not None:
+    def _close(self) -> None:
+        converter = getattr(self, "converter", None)  # None on Ray's ActorClass, which inherits __del__
+        if converter is not None:
             try:
-                conv.close()
-            except Exception:  # noqa: BLE001 - best effort at actor teardown
+                converter.close()
+            except Exception:  # noqa: BLE001 - best effort: the previous job's files are committed or temp
                 pass
+            self.converter = None
+
+    def __del__(self) -> None:
+        self._close()
 
 
 class AttemptCounter:

@@ -89,6 +89,9 @@ class Executor(Protocol):
 
     name: str
 
+    def start(self) -> None:
+        """Begin bringing workers up; called before Discover so their start-up overlaps it."""
+
     def run(self, units: list[Unit], job: "JobSpec") -> Iterator[UnitResult]: ...
 
 
@@ -126,6 +129,9 @@ class InProcessExecutor:
     limits the converter runs in the calling thread."""
 
     name = "in-process (1 worker)"
+
+    def start(self) -> None:
+        """Nothing to bring up: the converter is built by `run`."""
 
     def run(self, units: list[Unit], job: JobSpec) -> Iterator[UnitResult]:
         if job.limits.active:
@@ -566,6 +572,9 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
     else:
         prepare_destination(out_fs, out_root, overwrite, cfg.target.url, cfg.target.format)
     lock = RunLock(out_fs, out_root, cfg.target.url).acquire(take_over=resume or overwrite)
+    start = getattr(executor, "start", None)
+    if start is not None:  # workers come up while Discover and Spec run
+        start()
     try:
         return _run_locked(cfg, cfg_dump, reader, out_fs, out_root, executor, log, progress, archive, resume,
                            verify_resume, overwrite, previous_ledger, t0)

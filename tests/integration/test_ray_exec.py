@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.time
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-WORKER_TITLE = "MapWorker(MapBatches(UnitWorker))"
+WORKER_TITLE = "ray::UnitActor"
 FAST = ["plan.min_shards=8", "validate.tfds_readback=false"]
 
 
