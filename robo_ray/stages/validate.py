@@ -278,8 +278,8 @@ def dataset_statistics(res: ValidationResult) -> dict[str, Any]:
     out["features"] = res.statistics
     out["robo_ray"] = {
         "note": "normalization statistics over every written step of every split (float64 math on the stored "
-                "values); count = steps. Pass this file as Octo's / OpenVLA's make_dataset_from_rlds("
-                "dataset_statistics=PATH) (README 'Statistics and splits').",
+                "values); count = steps. Top level: the layout Octo's and OpenVLA's loaders read as "
+                "dataset_statistics (README 'Statistics and splits').",
         "action": res.stats.groups["action"] if res.stats is not None else [],
         "proprio": res.stats.groups["proprio"] if res.stats is not None else [],
         "quantiles": f"q01/q99 (= p01/p99) from Apache DataSketches KLL (k={KLL_K}): normalized rank error <= "
