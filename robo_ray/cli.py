@@ -32,6 +32,8 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source-name", metavar="NAME[:VERSION]",
                    help="a dataset inside a tfds data_dir SRC (RLDS sources; also SRC?name=NAME)")
     p.add_argument("--split", metavar="A,B", help="convert only these source splits (default: all, kept per episode)")
+    p.add_argument("--val-fraction", type=float, metavar="F",
+                   help="move this fraction of the train episodes to a `val` split (deterministic; splits.val_fraction)")
     p.add_argument("--fps", type=float, help="the source's frame rate when it declares none (e.g. RLDS)")
     p.add_argument("--max-episodes", type=int, help="convert only the first N episodes")
     p.add_argument("--image-format", choices=("jpeg", "png"), help="image encoding (default jpeg q95)")
@@ -103,6 +105,8 @@ def _config(args: argparse.Namespace) -> Any:
         fields["source.options.name"] = args.source_name
     if getattr(args, "split", None):
         fields["source.options.splits"] = [x.strip() for x in args.split.split(",") if x.strip()]
+    if getattr(args, "val_fraction", None) is not None:
+        fields["splits.val_fraction"] = args.val_fraction
     if getattr(args, "fps", None):
         fields["source.options.fps"] = args.fps
     cfg = load_config(args.config, args.set)

@@ -35,6 +35,15 @@ class PlanConfig(BaseModel):
     min_shards: int = Field(4, ge=1)
 
 
+class SplitsConfig(BaseModel):
+    """`val_fraction` (--val-fraction): move this fraction of the source's train (or unsplit) episodes to a `val`
+    split, chosen by a hash of the dataset name and episode index (robo_ray.stages.plan.assign_val_split); 0 keeps
+    the source's splits as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+    val_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+
+
 class ConvertConfig(BaseModel):
     """How episodes are converted.
 
@@ -77,6 +86,7 @@ class JobConfig(BaseModel):
     target: TargetConfig = Field(default_factory=TargetConfig)
     images: ImageOptions = Field(default_factory=ImageOptions)
     plan: PlanConfig = Field(default_factory=PlanConfig)
+    splits: SplitsConfig = Field(default_factory=SplitsConfig)
     convert: ConvertConfig = Field(default_factory=ConvertConfig)
     validate_: ValidateConfig = Field(default_factory=ValidateConfig, alias="validate")
     mapping_file: str | None = None

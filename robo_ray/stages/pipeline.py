@@ -25,14 +25,14 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, TextIO
 
 from robo_ray.config import JobConfig
-from robo_ray.episode import QuarantineRecord
-from robo_ray.errors import DestinationNotEmpty, OutputConflict, ValidationFailed
+from robo_ray.episode import EpisodeRef, QuarantineRecord
+from robo_ray.errors import ConfigError, DestinationNotEmpty, OutputConflict, ValidationFailed
 from robo_ray.mapping import Mapping
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
 from robo_ray.stages.discover import summarize, write_discover_outputs
-from robo_ray.stages.plan import Unit
+from robo_ray.stages.plan import Unit, assign_val_split
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
 from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
@@ -267,10 +267,24 @@ def config_differences(previous: dict[str, Any], current: dict[str, Any]) -> lis
     return sorted(k for k in set(a) | set(b) if a.get(k, "<unset>") != b.get(k, "<unset>"))
 
 
+def apply_val_split(cfg: JobConfig, writer: Writer, refs: list[EpisodeRef], log: RunLog) -> list[EpisodeRef]:
+    """`splits.val_fraction` (--val-fraction): the episodes moved to `val` (stages.plan.assign_val_split), logged."""
+    if cfg.splits.val_fraction <= 0:
+        return refs
+    if not writer.keeps_splits:
+        raise ConfigError(f"--val-fraction / splits.val_fraction: the {writer.title} target has no splits; "
+                          "drop it or choose another target")
+    refs = assign_val_split(refs, cfg.splits.val_fraction, writer.mapping.dataset_name)
+    val = [r.episode_index for r in refs if r.split == "val"]
+    log.info(f"splits: val_fraction {cfg.splits.val_fraction} -> {len(val)} of {len(refs)} episodes in val "
+             f"(source episode indices {val[:50]}{' ...' if len(val) > 50 else ''})")
+    return refs
+
+
 def plan_fingerprint(mapping: Mapping, units: list[Unit]) -> dict[str, str]:
     """Hashes of what the shards' bytes depend on besides the config: the mapping and the unit plan."""
-    plan = [[u.index, u.num_shards, [[r.episode_index, r.length, list(r.source_files())] for r in u.refs]]
-            for u in units]
+    plan = [[u.index, u.num_shards, [[r.episode_index, r.length, list(r.source_files())]
+                                     + ([r.split] if r.split else []) for r in u.refs]] for u in units]
     return {"mapping": hashlib.sha256(mapping.model_dump_json().encode()).hexdigest(),
             "plan": hashlib.sha256(json.dumps(plan).encode()).hexdigest()}
 
@@ -595,6 +609,7 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
     mapping = resolve_mapping(cfg, inv)
     writer = make_writer(cfg, mapping)
     unit_options = writer.unit_options(inv)  # may refuse (exit 2) before anything is converted
+    inv.refs = apply_val_split(cfg, writer, inv.refs, log)
     units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
     fingerprint = plan_fingerprint(mapping, units)
     previous: list[UnitResult] = []

@@ -3,10 +3,14 @@ source files (so each MP4 is decoded once, in order). Deterministic: depends onl
 never on the cluster, so any actor count produces the same shards."""
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from robo_ray.episode import EpisodeRef, FeatureSpec
+from robo_ray.errors import ConfigError
+
+VAL = "val"
 
 
 @dataclass(frozen=True)
@@ -80,3 +84,46 @@ def plan_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_
         acc += psize
     units = [u for u in units if u]
     return [Unit(i, len(units), tuple(u)) for i, u in enumerate(units)]
+
+
+def plan_split_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_shard_mb: float = 256.0,
+                     min_shards: int = 4) -> list[Unit]:
+    """`plan_units` per split (a source without splits is all `train`): units are numbered across splits, `train`
+    first, then the others in the order they first appear; each split's episodes are one contiguous run of units
+    (LeRobot's `splits` are episode ranges), and every unit carries its split and its (position, count) among the
+    split's units (tfds names shards per split)."""
+    by_split: dict[str, list[EpisodeRef]] = {"train": []}
+    for ref in refs:
+        by_split.setdefault(ref.split or "train", []).append(ref)
+    planned = [(split, plan_units(group, features, target_shard_mb, min_shards)) for split, group in by_split.items()
+               if group]
+    total = sum(len(units) for _, units in planned)
+    out: list[Unit] = []
+    for split, units in planned:
+        for k, u in enumerate(units):
+            out.append(Unit(len(out), total, u.refs, split, (k, len(units))))
+    return out
+
+
+def _split_key(dataset_name: str, episode_index: int) -> bytes:
+    return hashlib.sha256(f"robo-ray split\0{dataset_name}\0{episode_index}".encode()).digest()
+
+
+def assign_val_split(refs: list[EpisodeRef], val_fraction: float, dataset_name: str) -> list[EpisodeRef]:
+    """Move round(val_fraction x N) of the N source-`train` (or unsplit) episodes to `val`: those whose
+    sha256(dataset name, episode index) is smallest, so the choice is the same on every run, machine and executor
+    and does not depend on the episodes' order. At least one val and one train episode when val_fraction > 0 and
+    N >= 2. Other source splits are kept; a source that already has a `val` split is refused (ConfigError)."""
+    if val_fraction <= 0:
+        return refs
+    have_val = sum(1 for r in refs if r.split == VAL)
+    if have_val:
+        raise ConfigError(f"splits.val_fraction={val_fraction}: the source already has a `{VAL}` split "
+                          f"({have_val} episodes), kept as it is; drop --val-fraction (or select --split train)")
+    pool = [r for r in refs if r.split in (None, "train")]
+    if len(pool) < 2:
+        return refs
+    n_val = min(len(pool) - 1, max(1, int(val_fraction * len(pool) + 0.5)))
+    val = {r.episode_index for r in sorted(pool, key=lambda r: _split_key(dataset_name, r.episode_index))[:n_val]}
+    return [replace(r, split=VAL if r.episode_index in val else r.split or "train") if r.split in (None, "train")
+            else r for r in refs]

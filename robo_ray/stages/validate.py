@@ -19,6 +19,7 @@ from robo_ray.episode import EpisodeRef
 from robo_ray.errors import EpisodeError
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory, Reader
+from robo_ray.stats import KLL_K, RANK_ERROR, StatsSet
 from robo_ray.storage import join, write_text_atomic
 from robo_ray.writers import VerifyContext, Writer
 
@@ -39,7 +40,8 @@ class ValidationResult:
     shard_sha256: dict[str, str] = field(default_factory=dict)  # every written file's sha256 (name -> digest)
     psnr: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    statistics: dict[str, Any] = field(default_factory=dict)
+    statistics: dict[str, Any] = field(default_factory=dict)  # per feature (the writer's naming)
+    stats: "StatsAccumulator | None" = None  # the mergeable statistics behind `statistics`, when the writer kept them
 
     @property
     def passed(self) -> bool:
@@ -50,44 +52,52 @@ class ValidationResult:
         if not passed:
             self.problems.append(f"{name}: {detail}")
 
+    def set_statistics(self, stats: "StatsAccumulator") -> None:
+        self.stats, self.statistics = stats, stats.summary()
+
     def set_episodes(self, episode_steps: dict[int, int]) -> None:
         self.episode_steps = dict(sorted(episode_steps.items()))
         self.episodes_written = len(episode_steps)
         self.steps_written = sum(episode_steps.values())
 
 
-class StatsAccumulator:
-    """Normalization statistics of every numeric step feature, over all written steps (exact quantiles).
-    `add` takes the written values of one episode keyed by mapping target (plus "reward")."""
+LOADER_GROUPS = {"action": "action", "proprio": "state"}  # dataset_statistics.json group -> FieldMap.role
+
+
+class StatsAccumulator(StatsSet):
+    """Normalization statistics of every numeric step feature of a mapping (plus "reward"), over all written steps:
+    mergeable, memory independent of the number of steps (robo_ray.stats). `add` takes the written values of one
+    episode keyed by mapping target."""
 
     def __init__(self, mapping: Mapping) -> None:
-        self.shapes: dict[str, list[int]] = {fm.target: list(fm.shape) for fm in mapping.steps if fm.kind == "tensor"}
-        self.shapes["reward"] = []
-        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in self.shapes}
+        shapes = {fm.target: list(fm.shape) for fm in mapping.steps if fm.kind == "tensor"}
+        super().__init__({**shapes, "reward": []})
+        # what the loaders call action / proprio: the mapping's action- and state-role features, in mapping order
+        self.groups = {group: [fm.target for fm in mapping.steps if fm.kind == "tensor" and fm.role == role]
+                       for group, role in LOADER_GROUPS.items()}
 
-    def add(self, values: dict[str, Any], T: int) -> None:
-        if T == 0:
-            return
-        for key in self.shapes:
-            v = values.get(key)
-            if isinstance(v, np.ndarray) and v.size and v.size % T == 0:
-                self.parts[key].append(v.reshape(T, -1))
 
-    def finish(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, parts in self.parts.items():
-            if not parts:
-                continue
-            a = np.concatenate(parts).astype(np.float64)
-            shape = self.shapes[key]
-
-            def vec(x: np.ndarray) -> Any:
-                return x.reshape(shape).tolist() if shape else float(x.reshape(-1)[0])
-            out[key] = {
-                "mean": vec(a.mean(0)), "std": vec(a.std(0)), "min": vec(a.min(0)), "max": vec(a.max(0)),
-                "q01": vec(np.quantile(a, 0.01, axis=0)), "q99": vec(np.quantile(a, 0.99, axis=0)),
-                "count": int(a.shape[0])}
-        return out
+def loader_statistics(stats: StatsAccumulator, episodes: int, steps: int) -> dict[str, Any]:
+    """The layout Octo's and OpenVLA's `make_dataset_from_rlds(dataset_statistics=...)` read: top-level `action`
+    and `proprio` (mean, std, min, max, p01 / p99 for Octo, q01 / q99 for OpenVLA; features of a group concatenated
+    per step in mapping order, as their standardize functions concatenate them), `num_transitions`,
+    `num_trajectories`. Without a state feature `proprio` is zeros of the action's size, as OpenVLA's
+    get_dataset_statistics computes it (its normalization reads `proprio` unconditionally)."""
+    out: dict[str, Any] = {}
+    for group, targets in stats.groups.items():
+        parts = [stats.features[t] for t in targets if t in stats.features and stats.features[t].count]
+        if not parts:
+            continue
+        summaries = [p.summary() for p in parts]
+        g = {k: np.concatenate([np.ravel(s[k]) for s in summaries]).tolist()
+             for k in ("mean", "std", "min", "max", "q01", "q99")}
+        g["p01"], g["p99"] = g["q01"], g["q99"]
+        out[group] = g
+    if "action" in out and "proprio" not in out:
+        zeros = [0.0] * len(out["action"]["mean"])
+        out["proprio"] = {k: zeros for k in out["action"]}
+    out["num_transitions"], out["num_trajectories"] = steps, episodes
+    return out
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -257,6 +267,22 @@ def write_validation_outputs(fs, out_root: str, res: ValidationResult, name: str
     """validation_report.md, diff_summary.json and dataset_statistics.json at the output root."""
     write_text_atomic(fs, join(out_root, "validation_report.md"), validation_markdown(res, name, seconds))
     write_text_atomic(fs, join(out_root, "diff_summary.json"), json.dumps(diff_summary(res), indent=2))
-    stats = {"note": "normalization statistics over every written step (float64 math on the stored float32 "
-                     "values); count = steps", "features": res.statistics}
-    write_text_atomic(fs, join(out_root, "dataset_statistics.json"), json.dumps(stats, indent=2))
+    write_text_atomic(fs, join(out_root, "dataset_statistics.json"), json.dumps(dataset_statistics(res), indent=2))
+
+
+def dataset_statistics(res: ValidationResult) -> dict[str, Any]:
+    """dataset_statistics.json: the loaders' layout at the top level (`loader_statistics`, when the writer kept
+    mergeable statistics), every feature's statistics under `features`, provenance under `robo_ray`."""
+    out = loader_statistics(res.stats, res.episodes_written, res.steps_written) if res.stats is not None else \
+        {"num_transitions": res.steps_written, "num_trajectories": res.episodes_written}
+    out["features"] = res.statistics
+    out["robo_ray"] = {
+        "note": "normalization statistics over every written step of every split (float64 math on the stored "
+                "values); count = steps. Top level: the layout Octo's and OpenVLA's loaders read as "
+                "dataset_statistics (README 'Statistics and splits').",
+        "action": res.stats.groups["action"] if res.stats is not None else [],
+        "proprio": res.stats.groups["proprio"] if res.stats is not None else [],
+        "quantiles": f"q01/q99 (= p01/p99) from Apache DataSketches KLL (k={KLL_K}): normalized rank error <= "
+                     f"{RANK_ERROR:.5f} with 99% confidence, exact up to {KLL_K} steps",
+        "quantile_rank_error": RANK_ERROR}
+    return out

@@ -123,6 +123,7 @@ class Writer(ABC):
     paired_reader: ClassVar[str | None] = None  # the reader format that reads this output back (round trips)
     Options: ClassVar[type[WriterOptions]] = WriterOptions
     OUTPUTS: ClassVar[tuple[str, ...]] = ()  # top-level entries of the output root this target writes
+    keeps_splits: ClassVar[bool] = True  # writes each episode's split (Unit.split / EpisodeRef.split)
 
     def __init__(self, out_url: str, mapping: "Mapping", storage_options: dict[str, Any] | None = None,
                  options: dict[str, Any] | None = None) -> None:

@@ -60,9 +60,10 @@ def test_statistics_match_numpy_over_the_source(shared: Path, tmp_path: Path) ->
     src = shared / "samples/lerobot_v30_av1_2cam"
     proc = run_cli("run", str(src), str(tmp_path / "o"), "--set", "validate.tfds_readback=false")
     assert proc.returncode == 0, proc.stderr
-    stats = json.loads((tmp_path / "o/dataset_statistics.json").read_text())["features"]
+    doc = json.loads((tmp_path / "o/dataset_statistics.json").read_text())
+    stats, eps = doc["features"], doc["robo_ray"]["quantile_rank_error"]
     table = pq.read_table(src / "data/chunk-000/file-000.parquet")
-    for src_key, key in (("observation.state", "observation/state"), ("action", "action")):
+    for src_key, key, group in (("observation.state", "observation/state", "proprio"), ("action", "action", "action")):
         a = np.stack(table[src_key].to_numpy(zero_copy_only=False)).astype(np.float32).astype(np.float64)
         s = stats[key]
         assert s["count"] == len(a) == 420
@@ -70,7 +71,13 @@ def test_statistics_match_numpy_over_the_source(shared: Path, tmp_path: Path) ->
         np.testing.assert_allclose(s["std"], a.std(0), rtol=1e-12)
         np.testing.assert_array_equal(s["min"], a.min(0))
         np.testing.assert_array_equal(s["max"], a.max(0))
-        np.testing.assert_allclose(s["q01"], np.quantile(a, 0.01, axis=0), rtol=1e-12)
-        np.testing.assert_allclose(s["q99"], np.quantile(a, 0.99, axis=0), rtol=1e-12)
+        for name, q in (("q01", 0.01), ("q99", 0.99)):  # a data value whose rank is q within the sketch's bound
+            lo, hi = (a < np.asarray(s[name])).mean(0), (a <= np.asarray(s[name])).mean(0)
+            assert np.all(lo - eps <= q) and np.all(q <= hi + eps), (key, name, lo, hi)
+        # the loaders' layout at the top level: the mapping's action / state feature, p01/p99 = q01/q99
+        assert {k: doc[group][k] for k in ("mean", "std", "min", "max", "q01", "q99")} == \
+            {k: s[k] for k in ("mean", "std", "min", "max", "q01", "q99")}
+        assert (doc[group]["p01"], doc[group]["p99"]) == (s["q01"], s["q99"])
+    assert (doc["num_transitions"], doc["num_trajectories"]) == (420, 4)
     info = json.loads((tmp_path / "o/rlds/lerobot_v30_av1_2cam/1.0.0/dataset_info.json").read_text())
     assert "statistics" not in json.dumps(info).lower()

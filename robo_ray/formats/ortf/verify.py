@@ -89,7 +89,7 @@ class OrtfVerifier:
         res.add("nan/inf", self.n_nonfinite == 0 or self.ctx.allow_nonfinite, f"NaN/Inf values: {self.n_nonfinite}"
                 + (" (allowed by convert.nan_policy=allow)" if self.n_nonfinite and self.ctx.allow_nonfinite else ""))
         res.set_episodes(steps_of)
-        res.statistics = self._stats.finish()
+        res.set_statistics(self._stats)
         sample_checks(self.ctx, self.mapping, samples, res)
         if self.bad:
             res.add("ortf read-back", True, "skipped: damaged files are named above")

@@ -466,6 +466,7 @@ class OrtfWriter(Writer):
     paired_reader = "ortf"
     Options = OrtfOptions
     OUTPUTS = ("data", "meta", "videos")
+    keeps_splits = False  # ORTF v0.2 has no splits: --val-fraction is refused; source splits are not written
     options: OrtfOptions
 
     def __init__(self, out_url: str, mapping: Mapping, storage_options: dict[str, Any] | None = None,

@@ -56,7 +56,7 @@ class RldsVerifier:
                   for sp in info["splits"] for i, n in enumerate(sp["shardLengths"])]
         self._splits = [str(sp["name"]) for sp in info["splits"]]
         samples = self._check_shards(res, shards)
-        res.statistics = self._stats.finish()
+        res.set_statistics(self._stats)
         sample_checks(self.ctx, self.mapping, samples, res)
         if self.ctx.loader_readback:
             self._tfds_readback(res)

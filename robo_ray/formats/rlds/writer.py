@@ -25,7 +25,7 @@ from robo_ray.images import ImageEncoder
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory
 from robo_ray.spool import BytesSpool, spool_for
-from robo_ray.stages.plan import Unit, plan_units
+from robo_ray.stages.plan import Unit, plan_split_units
 from robo_ray.storage import discard_upload, is_local, join, open_upload, storage_error, url_of, write_text_atomic
 from robo_ray.formats.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
 from robo_ray.formats.rlds.schema import dataset_info_json, features_json, parse_shard_filename, shard_filename
@@ -181,17 +181,7 @@ class RldsWriter(Writer):
              min_units: int) -> list[Unit]:
         """Shards per source split (tfds names shards by split): each split is planned on its own, units are
         numbered across splits in the order the splits first appear; a source without splits is all `train`."""
-        by_split: dict[str, list[EpisodeRef]] = {}
-        for ref in refs:
-            by_split.setdefault(ref.split or "train", []).append(ref)
-        planned = [(split, plan_units(group, features, target_unit_mb, min_units))
-                   for split, group in by_split.items()]
-        total = sum(len(units) for _, units in planned)
-        out: list[Unit] = []
-        for split, units in planned:
-            for k, u in enumerate(units):
-                out.append(Unit(len(out), total, u.refs, split, (k, len(units))))
-        return out
+        return plan_split_units(refs, features, target_unit_mb, min_units)
 
     def shard_name(self, unit: Unit) -> str:
         pos, count = unit.split_shard or (unit.index, unit.num_shards)
