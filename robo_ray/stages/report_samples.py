@@ -13,6 +13,7 @@ from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.source_frames import source_frames
 from robo_ray.stages.validate import _resize_like, psnr, sample_indices
+from robo_ray.storage import join
 from robo_ray.writers import Writer
 
 SAMPLED_EPISODES = 3
@@ -151,7 +152,8 @@ def pair_refs(inv: Inventory, written: list[EpisodeRef],
 def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: list[dict[str, Any]],
             k: int = SAMPLED_EPISODES) -> Samples:
     """Read up to k spread written episodes back (paired reader) with their source episodes."""
-    back = open_reader(writer.dataset_dir, writer.paired_reader, writer.storage_options)
+    url = join(writer.out_url, writer.dataset_rel) if writer.dataset_rel else writer.out_url  # any fsspec URL
+    back = open_reader(url, writer.paired_reader, writer.storage_options)
     try:
         written = back.discover()
         cams, series = cameras(writer, written.features), series_keys(written.features)
@@ -160,7 +162,12 @@ def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: 
             note = note or "the source is not available"
         out = Samples(cams, note=note)
         for j in spread(len(written.refs), k):
-            out.episodes.append(sample_episode(cams, series, back, written.refs[j], reader, srefs[j]))
+            wref, sref = written.refs[j], srefs[j]
+            try:
+                out.episodes.append(sample_episode(cams, series, back, wref, reader, sref))
+            except Exception as exc:  # noqa: BLE001 - one unreadable episode is shown as such, the page goes on
+                out.episodes.append(EpisodeSample(sref.episode_index if sref else None, wref.episode_index,
+                                                  wref.length, errors=[f"not readable back: {exc}"]))
         return out
     finally:
         back.close()
