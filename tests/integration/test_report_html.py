@@ -320,6 +320,25 @@ def test_a_failing_report_does_not_fail_the_run(monkeypatch: pytest.MonkeyPatch,
     assert "**Visual report**: not written (RuntimeError: no frames today)" in final
 
 
+def test_statistics_in_any_layout_are_shown() -> None:
+    """Statistics are read as a dict: nested or flat, with keys the page does not know (another layout may come)."""
+    stats = {"action": {"mean": [0.5, -1.25], "std": [1, 2], "min": [0, -3], "max": [1, 1], "q01": [0, -2.9],
+                        "q99": [1, 0.9], "p01": [0, -2.9], "mask": [True, False]},
+             "proprio": {"mean": [7.0], "std": [0.0], "min": [7], "max": [7], "q01": [7], "q99": [7]},
+             "num_transitions": 42, "num_trajectories": 3, "features": {"reward": {"mean": 0.25, "count": 9}}}
+    page = parse(report_html.statistics_section(stats))
+    table = next(t for t in page.iter("table") if "statistics" in t.attrs.get("class", ""))
+    header = [th.all_text() for th in table.iter("th")]
+    rows = {tr.children[0].all_text(): [td.all_text() for td in tr.children] for tr in table.iter("tr")
+            if tr.children[0].tag == "td"}
+    assert header[:7] == ["feature", "mean", "std", "min", "max", "q01", "q99"] and {"p01", "mask", "count"} <= set(
+        header), header
+    assert set(rows) == {"action", "proprio", "features/reward"}, rows
+    assert rows["action"][header.index("mean")] == "[0.5, -1.25]" and rows["features/reward"][1] == "0.25"
+    assert rows["proprio"][header.index("p01")] == ""
+    assert "num_transitions" in page.all_text() and "42" in page.all_text()
+
+
 # ---- a real browser ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def chromium() -> str:
