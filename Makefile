@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 PIP_FLAGS ?= -q --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast bench clean
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: install demo test test-fast bench clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +23,15 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/robo-ray demo demo_output
 
-## the whole test suite (unit + integration on a real local Ray, real PyAV, real tfds)
-test: install
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
+## the report's browser test renders report.html in Debian's chromium: installed when missing and root, else one line
+chromium:
+	@test -x $(CHROMIUM) || { test "$$(id -u)" = 0 && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq chromium >/dev/null && test -x $(CHROMIUM); } || { echo "error: $(CHROMIUM) is \
+	missing and could not be installed (needs root and apt): run 'apt-get install -y chromium' as root" >&2; exit 1; }
+
+## the whole test suite (unit + integration on a real local Ray, real PyAV, real tfds, headless chromium)
+test: install chromium
+	ROBO_RAY_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)

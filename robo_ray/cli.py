@@ -139,7 +139,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=progress,
                            archive=args.archive, resume=args.resume)
     print(redact(outcome.message))
+    _print_reports(outcome)
     return outcome.exit_code
+
+
+def _print_reports(outcome: Any) -> None:
+    """Where the reports are (report.html only when it was written)."""
+    html = f", {outcome.report_html}" if outcome.report_html else " (report.html not written: see final_report.md)"
+    print(redact(f"reports: {outcome.out_url.rstrip('/')}/final_report.md{html}"))
 
 
 def cmd_dry_run(cfg: Any) -> int:
@@ -246,6 +253,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     outcome = validate_and_publish(cfg, out["writer"], out["inv"], out["reader"], out["ledger"], log,
                                    "publish (re-run)", 0.0, quarantined, args.archive)
     print(outcome.message)
+    _print_reports(outcome)
     return outcome.exit_code
 
 

@@ -34,6 +34,7 @@ from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
 from robo_ray.stages.discover import summarize, write_discover_outputs
 from robo_ray.stages.plan import Unit, assign_val_split
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
+from robo_ray.stages.report_html import try_write_report_html
 from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
@@ -44,7 +45,7 @@ from robo_ray.writers import DEFAULT_TARGET, REGISTRY as WRITERS, UnitResult, Wr
 # the run's own files at the output root; each writer adds its dataset's entries (Writer.outputs())
 RUN_OUTPUTS = ("inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
                "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json",
-               "dataset_statistics.json", "commit.json", LOCK_NAME)
+               "dataset_statistics.json", "commit.json", "report.html", LOCK_NAME)
 
 
 def our_outputs(fs, out_root: str, target_format: str) -> set[str]:
@@ -199,6 +200,7 @@ class RunOutcome:
     quarantined: list[dict[str, Any]]
     validation_passed: bool
     message: str
+    report_html: str | None = None  # URL of report.html, None when it could not be written
 
 
 def prepare_destination(fs, out_root: str, overwrite: bool, out_url: str,
@@ -706,9 +708,12 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
         log.problem(f"validation: {p}")
     checksums = dataset_checksums(writer, known=res.shard_sha256)
     sizes = {n: fs.size(join(writer.dataset_dir, n)) for n in checksums}
+    report_html, report_error = try_write_report_html(writer, inv, reader, res, quarantined)
+    if report_error:
+        log.problem(f"report.html not written (the conversion is unaffected): {report_error}")
     write_text_atomic(fs, join(out_root, "final_report.md"),
                       final_report(writer, inv, res, checksums, sizes, convert_seconds + time.monotonic() - t1,
-                                   mode, quarantined))
+                                   mode, quarantined, report_error))
     if archive:
         from robo_ray.stages.publish import write_archive
         write_archive(writer, checksums)
@@ -724,7 +729,7 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
     msg = (f"{res.episodes_written} episodes / {res.steps_written} steps written to {where} ({writer.title}); "
            f"{len(quarantined)} quarantined; validation {'passed' if res.passed else 'FAILED'}")
     return RunOutcome(exit_code, writer.out_url, writer.dataset_dir, res.episodes_written, quarantined, res.passed,
-                      msg)
+                      msg, report_html)
 
 
 def raise_for_outcome(outcome: RunOutcome) -> None:

@@ -34,8 +34,17 @@ def dataset_checksums(writer: Writer, known: dict[str, str] | None = None) -> di
     return {n: known.get(n) or sha256_file(writer.fs, join(writer.dataset_dir, n)) for n in writer.files()}
 
 
+def visual_report_line(report_error: str | None) -> str:
+    """The final report's link to report.html, or why there is none."""
+    if report_error:
+        return f"- **Visual report**: not written ({report_error}); the conversion is unaffected"
+    return "- **Visual report**: [report.html](report.html) (frames next to the source with PSNR, plots, statistics)"
+
+
 def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksums: dict[str, str],
-                 sizes: dict[str, int], seconds: float, mode: str, quarantined: list[dict[str, Any]]) -> str:
+                 sizes: dict[str, int], seconds: float, mode: str, quarantined: list[dict[str, Any]],
+                 report_error: str | None = None) -> str:
+    """final_report.md; `report_error` says why report.html (linked from here) could not be written."""
     mapping = writer.mapping
     rel = writer.dataset_rel
     where = f"{writer.out_url}/{rel}" if rel else writer.out_url
@@ -43,7 +52,8 @@ def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksum
     lines = [f"# Conversion Report: {mapping.dataset_name}", "", "## Dataset Information",
              f"- **Source**: {inv.dataset_root}", f"- **Source Version**: {inv.source_format} {inv.source_version}",
              f"- **Target**: {writer.title}", f"- **Output**: {where}",
-             f"- **Converted at**: {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}", "",
+             f"- **Converted at**: {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}",
+             visual_report_line(report_error), "",
              "## Conversion Statistics", "", "| Metric | Value |", "|--------|-------|",
              f"| Episodes (source) | {inv.episodes_count} |", f"| Episodes (written) | {res.episodes_written} |",
              f"| Episodes (quarantined) | {len(quarantined)} |", f"| Total Steps (written) | {res.steps_written:,} |",

@@ -1,0 +1,254 @@
+"""report.html beside final_report.md: one self-contained page (no server, no external URL; thumbnails inline as
+JPEG data: URIs, plots as inline SVG polylines) showing the source / target summary, the validation checks, the
+quarantine table, the statistics, and for a few sampled episodes each camera's first / middle / last frame next to
+the source frame with PSNR and the state / action series (robo_ray.stages.report_samples reads them)."""
+from __future__ import annotations
+
+import base64
+import html
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+import numpy as np
+import simplejpeg
+from PIL import Image
+
+from robo_ray.readers.base import Inventory, Reader
+from robo_ray.stages.report_samples import EpisodeSample, FramePair, Samples, collect
+from robo_ray.stages.validate import ValidationResult
+from robo_ray.storage import join, write_text_atomic
+from robo_ray.writers import Writer
+
+REPORT_NAME = "report.html"
+THUMB_MAX_WIDTH = 256
+JPEG_QUALITY = 85
+MAX_PLOT_POINTS = 2000
+PLOT_W, PLOT_H, PAD = 640, 180, 8
+STAT_COLUMNS = ("mean", "std", "min", "max", "q01", "q99")
+STAT_MARKERS = frozenset({*STAT_COLUMNS, "p01", "p99"})
+VECTOR_SHOWN = 8
+
+CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
+table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;
+vertical-align:top}th{background:#f3f3f3}.ok{color:#070}.bad{color:#b00}figure{display:inline-block;margin:4px 10px
+4px 0}figure img{width:160px;image-rendering:pixelated;border:1px solid #999;margin-right:2px}figcaption{font-size:12px}
+svg.plot{border:1px solid #ccc;background:#fff;display:block}.legend span{font-size:11px;margin-right:6px}
+code{font-size:12px}.plots{display:flex;flex-wrap:wrap;gap:0 24px}.vec{font-family:monospace;font-size:12px}"""
+
+# marks every image that decoded and every plot line that was drawn (read by tests from the browser's DOM)
+SCRIPT = """window.addEventListener("load", function () {
+  var imgs = document.images, lines = document.querySelectorAll("svg.plot polyline"), bad = 0, empty = 0;
+  for (var i = 0; i < imgs.length; i++) {
+    var ok = imgs[i].complete && imgs[i].naturalWidth > 0;
+    imgs[i].setAttribute("data-loaded", ok ? "yes" : "no"); if (!ok) bad++;
+  }
+  for (var j = 0; j < lines.length; j++) {
+    var drawn = lines[j].points.numberOfItems >= 2 && lines[j].getBBox().width > 0;
+    lines[j].setAttribute("data-drawn", drawn ? "yes" : "no"); if (!drawn) empty++;
+  }
+  var b = document.body;
+  b.setAttribute("data-images", imgs.length); b.setAttribute("data-images-broken", bad);
+  b.setAttribute("data-lines", lines.length); b.setAttribute("data-lines-empty", empty);
+});"""
+
+
+def esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def num(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, (float, np.floating)) else str(x)
+
+
+def table(headers: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "", ident: str = "") -> str:
+    """An HTML table; cells are HTML already (escape text with `esc`)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    id_attr = f' id="{ident}"' if ident else ""
+    return f'<table class="{cls}"{id_attr}><tr>{head}</tr>{body}</table>'
+
+
+# ---- thumbnails -----------------------------------------------------------------------------------------------
+def rgb8(frame: np.ndarray) -> np.ndarray:
+    """An HxWxC frame as HxWx3 uint8 (16-bit depth scaled to its maximum, grey repeated)."""
+    a = frame if frame.ndim == 3 else frame[:, :, None]
+    if a.dtype == np.uint16:
+        a = (a.astype(np.float64) * (255.0 / max(1, int(a.max())))).astype(np.uint8)
+    elif a.dtype != np.uint8:
+        a = np.clip(a, 0, 255).astype(np.uint8)
+    if a.shape[2] == 1:
+        a = np.repeat(a, 3, axis=2)
+    return np.ascontiguousarray(a[:, :, :3])
+
+
+def thumbnail_uri(frame: np.ndarray) -> str:
+    """A data: URI of the frame as JPEG, at most THUMB_MAX_WIDTH wide."""
+    a = rgb8(frame)
+    if a.shape[1] > THUMB_MAX_WIDTH:
+        h = max(1, round(a.shape[0] * THUMB_MAX_WIDTH / a.shape[1]))
+        a = np.ascontiguousarray(Image.fromarray(a).resize((THUMB_MAX_WIDTH, h), Image.Resampling.BILINEAR))
+    data = simplejpeg.encode_jpeg(a, quality=JPEG_QUALITY, colorspace="RGB")
+    return "data:image/jpeg;base64," + base64.b64encode(data).decode("ascii")
+
+
+def img(frame: np.ndarray | None, alt: str) -> str:
+    if frame is None:
+        return f'<span class="bad">{esc(alt)}: not available</span>'
+    return f'<img src="{thumbnail_uri(frame)}" alt="{esc(alt)}" data-role="{esc(alt)}">'
+
+
+# ---- plots ----------------------------------------------------------------------------------------------------
+def plot_steps(T: int) -> np.ndarray:
+    """The steps drawn: every step, or MAX_PLOT_POINTS spread over a longer episode (first and last kept)."""
+    if T <= MAX_PLOT_POINTS:
+        return np.arange(T)
+    return np.unique(np.linspace(0, T - 1, MAX_PLOT_POINTS).round().astype(np.int64))
+
+
+def polyline_points(values: np.ndarray, steps: np.ndarray, lo: float, hi: float, T: int) -> str:
+    x = PAD + steps / max(T - 1, 1) * (PLOT_W - 2 * PAD)
+    v = np.nan_to_num(values[steps], nan=lo, posinf=hi, neginf=lo)
+    y = PAD + (hi - v) / (hi - lo) * (PLOT_H - 2 * PAD)
+    return " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(x, y))
+
+
+def svg_plot(label: str, values: np.ndarray, episode: EpisodeSample) -> str:
+    """One inline SVG: each dimension of a (T, D) series as a polyline over the steps."""
+    T, D = values.shape
+    finite = values[np.isfinite(values)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if hi - lo < 1e-12:
+        lo, hi = lo - 1.0, hi + 1.0
+    steps = plot_steps(T)
+    lines = []
+    for d in range(D):
+        hue = (d * 137.5) % 360
+        lines.append(f'<polyline class="dim" data-dim="{d}" data-points="{len(steps)}" fill="none" '
+                     f'stroke="hsl({hue:.0f},70%,42%)" stroke-width="1.2" '
+                     f'points="{polyline_points(values[:, d], steps, lo, hi, T)}"><title>{esc(label)}[{d}]</title>'
+                     "</polyline>")
+    legend = "".join(f'<span style="color:hsl({(d * 137.5) % 360:.0f},70%,42%)">■{d}</span>' for d in range(D))
+    return (f'<div class="plotbox"><h4>{esc(label)} '
+            f"<small>({T} steps, {D} dims, range {num(lo)} .. {num(hi)})</small></h4>"
+            f'<svg class="plot" width="{PLOT_W}" height="{PLOT_H}" '
+            f'viewBox="0 0 {PLOT_W} {PLOT_H}" data-episode="{episode.written_index}" data-feature="{esc(label)}" '
+            f'data-length="{T}" data-dims="{D}">{"".join(lines)}</svg><div class="legend">{legend}</div></div>')
+
+
+# ---- sections -------------------------------------------------------------------------------------------------
+def summary_section(writer: Writer, inv: Inventory, res: ValidationResult, quarantined: list[dict[str, Any]]) -> str:
+    where = f"{writer.out_url}/{writer.dataset_rel}" if writer.dataset_rel else writer.out_url
+    status = '<b class="ok">PASSED</b>' if res.passed else '<b class="bad">FAILED</b>'
+    rows = [("Source", esc(inv.dataset_root), "Target", esc(where)),
+            ("Source format", esc(f"{inv.source_format} {inv.source_version}"), "Target format", esc(writer.title)),
+            ("Episodes (source)", str(inv.episodes_count), "Episodes (written)", str(res.episodes_written)),
+            ("Steps (source)", f"{inv.total_steps:,}", "Steps (written)", f"{res.steps_written:,}"),
+            ("Frame rate", num(inv.fps), "Quarantined", str(len(quarantined))),
+            ("Robot", esc(inv.robot_type or ""), "Validation", status)]
+    return "<h2>Source and target</h2>" + table(("", "source", "", "target"), rows, "summary")
+
+
+def checks_section(res: ValidationResult) -> str:
+    rows = [(f'<span class="{"ok" if c.passed else "bad"}">{"✔" if c.passed else "✘"}</span>', esc(c.name),
+             esc(c.detail)) for c in res.checks]
+    return "<h2>Validation checks</h2>" + table(("", "check", "detail"), rows, "checks")
+
+
+def quarantine_section(quarantined: list[dict[str, Any]]) -> str:
+    if not quarantined:
+        return '<h2>Quarantined episodes</h2><p id="quarantine">None: every episode was written.</p>'
+    rows = [(esc(q.get("episode_index")), f'<code>{esc(q.get("code"))}</code>', esc(q.get("file") or ""),
+             esc(q.get("reason"))) for q in quarantined]
+    headers = ("episode", "code", "file", "reason")
+    return "<h2>Quarantined episodes</h2>" + table(headers, rows, "quarantine", "quarantine")
+
+
+def stat_rows(stats: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(name, stats) of every dict holding statistics, at any depth (extra keys and layouts are tolerated)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            if STAT_MARKERS & set(value):
+                out.append((f"{prefix}{key}", value))
+            else:
+                out += stat_rows(value, f"{prefix}{key}/")
+    return out
+
+
+def vector(value: Any) -> str:
+    arr = np.asarray(value, dtype=object).reshape(-1) if isinstance(value, (list, tuple)) else None
+    if arr is None:
+        return esc(num(value))
+    shown = ", ".join(num(v) for v in arr[:VECTOR_SHOWN])
+    more = f", … ({arr.size})" if arr.size > VECTOR_SHOWN else ""
+    return f'<span class="vec">[{esc(shown)}{esc(more)}]</span>'
+
+
+def statistics_section(stats: dict[str, Any]) -> str:
+    rows_in = stat_rows(stats)
+    extra = sorted({k for _, s in rows_in for k in s if k not in STAT_COLUMNS})
+    cols = (*STAT_COLUMNS, *extra)
+    rows = [(esc(name), *(vector(s[c]) if c in s else "" for c in cols)) for name, s in rows_in]
+    scalars = [(esc(k), esc(num(v))) for k, v in stats.items() if isinstance(v, (int, float, str))]
+    body = table(("feature", *cols), rows, "statistics") if rows else "<p>No statistics.</p>"
+    return "<h2>Statistics</h2>" + body + (table(("key", "value"), scalars) if scalars else "")
+
+
+def frame_figure(camera: str, ep: EpisodeSample, pair: FramePair) -> str:
+    value = "" if pair.psnr is None else f"{pair.psnr:.2f}"
+    caption = f"{pair.position} (step {pair.step}): source | written" + (f" · PSNR {value} dB" if value else "")
+    return (f'<figure class="pair" data-camera="{esc(camera)}" data-episode="{esc(ep.source_index)}" '
+            f'data-written-episode="{ep.written_index}" data-position="{pair.position}" data-step="{pair.step}" '
+            f'data-psnr="{value}">{img(pair.source, "source")}{img(pair.written, "written")}'
+            f"<figcaption>{esc(caption)}</figcaption></figure>")
+
+
+def frames_section(samples: Samples) -> str:
+    if not samples.cameras:
+        return "<h2>Frames</h2><p>The dataset has no cameras.</p>"
+    parts = ["<h2>Frames: written vs source</h2>"]
+    for cam in samples.cameras:
+        rows = [(f"written {ep.written_index}<br>source {esc(ep.source_index)}",
+                 "".join(frame_figure(cam.label, ep, p) for p in ep.frames.get(cam.label, [])))
+                for ep in samples.episodes]
+        parts.append(f"<h3>{esc(cam.label)}</h3>" + table(("episode", "first / middle / last"), rows, "frames"))
+    return "".join(parts)
+
+
+def plots_section(samples: Samples) -> str:
+    parts = ["<h2>State and action</h2>"]
+    for ep in samples.episodes:
+        parts.append(f"<h3>Episode {ep.written_index} (source {esc(ep.source_index)}, {ep.length} steps)</h3>")
+        parts.append('<div class="plots">' + "".join(svg_plot(k, v, ep) for k, v in ep.series.items()) + "</div>")
+        parts += [f'<p class="bad">{esc(e)}</p>' for e in ep.errors]
+    return "".join(parts)
+
+
+def render(writer: Writer, inv: Inventory, res: ValidationResult, quarantined: list[dict[str, Any]],
+           samples: Samples) -> str:
+    name = writer.mapping.dataset_name
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    note = f'<p class="bad">{esc(samples.note)}</p>' if samples.note else ""
+    body = "".join([f"<h1>Conversion report: {esc(name)}</h1><p>Generated {when} by robo-ray.</p>",
+                    summary_section(writer, inv, res, quarantined), checks_section(res),
+                    quarantine_section(quarantined), note, frames_section(samples), plots_section(samples),
+                    statistics_section(res.statistics if isinstance(res.statistics, dict) else {})])
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(name)}: robo-ray report'
+            f"</title><style>{CSS}</style></head><body>{body}<script>{SCRIPT}</script></body></html>\n")
+
+
+def write_report_html(writer: Writer, inv: Inventory, reader: Reader | None, res: ValidationResult,
+                      quarantined: list[dict[str, Any]]) -> str:
+    """Write report.html at the output root; returns its URL."""
+    samples = collect(writer, inv, reader, quarantined)
+    write_text_atomic(writer.fs, join(writer.out_root, REPORT_NAME), render(writer, inv, res, quarantined, samples))
+    return f"{writer.out_url.rstrip('/')}/{REPORT_NAME}"
+
+
+def try_write_report_html(writer: Writer, inv: Inventory, reader: Reader | None, res: ValidationResult,
+                          quarantined: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """(URL, None) when written, (None, why) when not: the report must never fail a conversion."""
+    try:
+        return write_report_html(writer, inv, reader, res, quarantined), None
+    except Exception as exc:  # noqa: BLE001 - reported in final_report.md and the log, the run goes on
+        return None, f"{type(exc).__name__}: {exc}"

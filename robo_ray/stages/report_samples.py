@@ -1,0 +1,173 @@
+"""What report.html shows of the data: a few written episodes read back through the writer's paired reader, next to
+their source episodes read through the run's reader (frames at first / middle / last step with PSNR, the state and
+action series). Only the sampled episodes are loaded; the paired reader's discover is metadata only."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
+from robo_ray.readers import open_reader
+from robo_ray.readers.base import Inventory, Reader
+from robo_ray.stages.source_frames import source_frames
+from robo_ray.stages.validate import _resize_like, psnr, sample_indices
+from robo_ray.storage import join
+from robo_ray.writers import Writer
+
+SAMPLED_EPISODES = 3
+POSITIONS = ("first", "middle", "last")
+SERIES_ROLES = ("state", "action")
+IMAGE_KINDS = ("image", "video")
+
+
+@dataclass
+class FramePair:
+    """One camera at one step of a sampled episode: the source frame, the written frame, their PSNR."""
+
+    position: str  # first / middle / last
+    step: int
+    source: np.ndarray | None = None
+    written: np.ndarray | None = None
+    psnr: float | None = None
+
+
+@dataclass
+class Camera:
+    """A camera as the mapping names it, its key in the source and in the written dataset read back."""
+
+    label: str  # the mapping's target name
+    source_key: str | None
+    written_key: str
+
+
+@dataclass
+class EpisodeSample:
+    """One sampled episode: its source and written indices, frames per camera label, series per feature label."""
+
+    source_index: int | None
+    written_index: int
+    length: int
+    frames: dict[str, list[FramePair]] = field(default_factory=dict)
+    series: dict[str, np.ndarray] = field(default_factory=dict)  # "role: name" -> (T, D)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Samples:
+    cameras: list[Camera] = field(default_factory=list)
+    episodes: list[EpisodeSample] = field(default_factory=list)
+    note: str = ""  # why the source could not be paired, if it could not
+
+
+def spread(n: int, k: int = SAMPLED_EPISODES) -> list[int]:
+    """Up to k positions spread over range(n): first, middle(s), last."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(j * (n - 1) / (k - 1)) for j in range(k)})
+
+
+def _by_name(features: dict[str, FeatureSpec], name: str) -> str | None:
+    hits = [k for k, f in features.items() if f.kind in IMAGE_KINDS and (f.name or k) == name]
+    return hits[0] if hits else None
+
+
+def cameras(writer: Writer, written: dict[str, FeatureSpec]) -> list[Camera]:
+    """Every image target of the mapping with its written key (by the paired reader's canonical name; a lone
+    camera on both sides pairs whatever its name, as readers call it by role)."""
+    names = writer.read_back_names()
+    steps = [fm for fm in writer.mapping.steps if fm.kind == "image"]
+    written_cams = [k for k, f in written.items() if f.kind in IMAGE_KINDS]
+    out: list[Camera] = []
+    for fm in steps:
+        key = _by_name(written, names.get(fm.target, fm.target))
+        if key is None and len(steps) == 1 and len(written_cams) == 1:
+            key = written_cams[0]
+        if key is not None:
+            out.append(Camera(fm.target, fm.source, key))
+    return out
+
+
+def series_keys(written: dict[str, FeatureSpec]) -> list[tuple[str, str]]:
+    """(label, key) of the written state and action features, state first."""
+    return [(f"{role}: {f.name or k}", k) for role in SERIES_ROLES for k, f in written.items()
+            if f.role == role and f.kind == "tensor"]
+
+
+def _frames(reader: Reader, ep: Episode, key: str, steps: list[int]) -> list[np.ndarray] | None:
+    try:
+        return source_frames(reader, ep, key, steps)
+    except Exception:  # noqa: BLE001 - a missing frame shows as a gap in the report, never fails it
+        return None
+
+
+def frame_pairs(written: list[np.ndarray] | None, source: list[np.ndarray] | None,
+                steps: list[int]) -> list[FramePair]:
+    """First / middle / last pairs with PSNR (the source resized to the written size, as Validate does)."""
+    labels = {3: POSITIONS, 2: ("first", "last"), 1: ("first",)}.get(len(steps), ())
+    out = []
+    for k, (pos, step) in enumerate(zip(labels, steps)):
+        w = written[k] if written else None
+        s = source[k] if source else None
+        if s is not None and w is not None and s.shape != w.shape:
+            s = _resize_like(s, w.shape)
+        out.append(FramePair(pos, step, s, w, psnr(s, w) if s is not None and w is not None else None))
+    return out
+
+
+def sample_episode(cams: list[Camera], series: list[tuple[str, str]], written_reader: Reader, wref: EpisodeRef,
+                   source_reader: Reader | None, sref: EpisodeRef | None) -> EpisodeSample:
+    """Load one written episode (and its source) and keep what the report shows."""
+    wep = written_reader.load_episode(wref)
+    out = EpisodeSample(sref.episode_index if sref else None, wref.episode_index, wep.length)
+    sep = None
+    if source_reader is not None and sref is not None:
+        try:
+            sep = source_reader.load_episode(sref)
+        except Exception as exc:  # noqa: BLE001 - shown in the report
+            out.errors.append(f"source episode {sref.episode_index} unreadable: {exc}")
+    steps = sample_indices(wep.length)
+    for cam in cams:
+        src = _frames(source_reader, sep, cam.source_key, steps) if sep is not None and cam.source_key else None
+        out.frames[cam.label] = frame_pairs(_frames(written_reader, wep, cam.written_key, steps), src, steps)
+    for label, key in series:
+        if key in wep.columns:
+            out.series[label] = np.asarray(wep.columns[key], dtype=np.float64).reshape(wep.length, -1)
+    return out
+
+
+def pair_refs(inv: Inventory, written: list[EpisodeRef],
+              quarantined: list[dict[str, Any]]) -> tuple[list[EpisodeRef | None], str]:
+    """The source ref of each written episode: writers may renumber, so written episodes pair with the source's
+    non-quarantined episodes in order; lengths must agree, else no pairing (and why)."""
+    q = {int(r["episode_index"]) for r in quarantined}
+    kept = [r for r in inv.refs if r.episode_index not in q]
+    if len(kept) != len(written) or any(a.length != b.length for a, b in zip(kept, written)):
+        return [None] * len(written), (f"the written episodes ({len(written)}) do not pair with the source's "
+                                       f"{len(kept)} non-quarantined episodes by order and length")
+    return list(kept), ""
+
+
+def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: list[dict[str, Any]],
+            k: int = SAMPLED_EPISODES) -> Samples:
+    """Read up to k spread written episodes back (paired reader) with their source episodes."""
+    url = join(writer.out_url, writer.dataset_rel) if writer.dataset_rel else writer.out_url  # any fsspec URL
+    back = open_reader(url, writer.paired_reader, writer.storage_options)
+    try:
+        written = back.discover()
+        cams, series = cameras(writer, written.features), series_keys(written.features)
+        srefs, note = pair_refs(inv, written.refs, quarantined)
+        if reader is None:
+            note = note or "the source is not available"
+        out = Samples(cams, note=note)
+        for j in spread(len(written.refs), k):
+            wref, sref = written.refs[j], srefs[j]
+            try:
+                out.episodes.append(sample_episode(cams, series, back, wref, reader, sref))
+            except Exception as exc:  # noqa: BLE001 - one unreadable episode is shown as such, the page goes on
+                out.episodes.append(EpisodeSample(sref.episode_index if sref else None, wref.episode_index,
+                                                  wref.length, errors=[f"not readable back: {exc}"]))
+        return out
+    finally:
+        back.close()
