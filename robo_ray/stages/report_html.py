@@ -15,7 +15,7 @@ from PIL import Image
 
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.report_samples import EpisodeSample, FramePair, Samples, collect
-from robo_ray.stages.validate import ValidationResult
+from robo_ray.stages.validate import ValidationResult, dataset_statistics
 from robo_ray.storage import join, write_text_atomic
 from robo_ray.writers import Writer
 
@@ -232,7 +232,7 @@ def render(writer: Writer, inv: Inventory, res: ValidationResult, quarantined: l
     body = "".join([f"<h1>Conversion report: {esc(name)}</h1><p>Generated {when} by robo-ray.</p>",
                     summary_section(writer, inv, res, quarantined), checks_section(res),
                     quarantine_section(quarantined), note, frames_section(samples), plots_section(samples),
-                    statistics_section(res.statistics if isinstance(res.statistics, dict) else {})])
+                    statistics_section(dataset_statistics(res))])  # as dataset_statistics.json holds them
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{esc(name)}: robo-ray report'
             f"</title><style>{CSS}</style></head><body>{body}<script>{SCRIPT}</script></body></html>\n")
 
