@@ -41,9 +41,10 @@ class FeatureStats:
         if n == 0:
             return
         a64 = a.astype(np.float64)
-        b_mean = a64.mean(0)
-        b_m2 = ((a64 - b_mean) ** 2).sum(0)
-        self._combine(n, b_mean, b_m2, a64.min(0), a64.max(0))
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN / Inf (nan_policy allow) propagate, silently
+            b_mean = a64.mean(0)
+            b_m2 = ((a64 - b_mean) ** 2).sum(0)
+            self._combine(n, b_mean, b_m2, a64.min(0), a64.max(0))
         cols = np.ascontiguousarray(a.astype(np.float32).T)
         for sk, col in zip(self.sketches, cols):
             sk.update(col)
@@ -52,7 +53,8 @@ class FeatureStats:
         if other.size != self.size:
             raise ValueError(f"cannot merge statistics of {other.size} values per step into {self.size}")
         if other.count:
-            self._combine(other.count, other.mean, other.m2, other.min, other.max)
+            with np.errstate(invalid="ignore", over="ignore"):
+                self._combine(other.count, other.mean, other.m2, other.min, other.max)
         for sk, o in zip(self.sketches, other.sketches):
             sk.merge(o)
 

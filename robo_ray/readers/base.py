@@ -12,7 +12,7 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ClassVar, Iterator, Literal, Protocol
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Protocol
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
 from robo_ray.errors import DataCorrupt, DataMissing, RoboRayError, SourceFormatError, SourceNotFound, UnsafeInput
@@ -165,6 +165,19 @@ class DatasetFiles:
         return [posixpath.basename(q.rstrip("/")) for q in self._storage_call("listing", p, lambda: self.fs.ls(
             p, detail=False))]
 
+    def existing(self, rels: Iterable[str]) -> set[str]:
+        """Which of the dataset-relative paths `rels` exist: one listing per distinct folder (paginated by the
+        filesystem), not one existence call per file; a missing folder means its files are missing."""
+        by_folder: dict[str, set[str]] = {}
+        for rel in rels:
+            by_folder.setdefault(posixpath.dirname(rel), set()).add(posixpath.basename(rel))
+        found: set[str] = set()
+        for folder, names in by_folder.items():
+            p = self.path(folder) if folder else self.root
+            listed = self._storage_call("listing", p, lambda p=p: _ls_or_empty(self.fs, p))
+            found |= {posixpath.join(folder, n) for n in names & {posixpath.basename(q.rstrip("/")) for q in listed}}
+        return found
+
     def _file_size(self, rel: str) -> int:
         p = self.path(rel)
         return int(self._storage_call("checking", p, lambda: self.fs.size(p)) or 0)
@@ -271,6 +284,14 @@ class DatasetFiles:
         if self._last_table is None or self._last_table[0] != rel:
             self._last_table = (rel, self._read_parquet(rel))
         return self._last_table[1]
+
+
+def _ls_or_empty(fs: Any, path: str) -> list[str]:
+    """The entries of a folder, [] when it does not exist."""
+    try:
+        return list(fs.ls(path, detail=False))
+    except FileNotFoundError:
+        return []
 
 
 class BaseReader(DatasetFiles):

@@ -28,8 +28,9 @@ def check_inventory(reader: "LeRobotReader", inv: Inventory) -> list[Finding]:
         findings.append(Finding("warning", "D103", "episode indices are not contiguous 0..N-1",
                                 f"0..{len(indices) - 1}", _short(indices)))
     findings += _check_global_ranges(inv)
-    findings += _check_files(reader, inv)
-    findings += _check_data_rows(reader, inv)
+    present = reader.existing({p for r in inv.refs for p in r.source_files()})  # one listing per folder
+    findings += _check_files(inv, present)
+    findings += _check_data_rows(reader, inv, present)
     return findings
 
 
@@ -50,7 +51,7 @@ def _check_splits(inv: Inventory) -> list[Finding]:
     return []
 
 
-def _check_data_rows(reader: "LeRobotReader", inv: Inventory) -> list[Finding]:
+def _check_data_rows(reader: "LeRobotReader", inv: Inventory, present: set[str]) -> list[Finding]:
     """Rows per data file (parquet footer only) against the episode lengths the index assigns to it."""
     import pyarrow.parquet as pq
 
@@ -59,7 +60,7 @@ def _check_data_rows(reader: "LeRobotReader", inv: Inventory) -> list[Finding]:
         expected[r.data_path] = expected.get(r.data_path, 0) + r.length
     out: list[Finding] = []
     for path, n in expected.items():
-        if not reader.exists(path):
+        if path not in present:  # D106 (_check_files)
             continue
         try:
             with reader.open_binary(path) as f:
@@ -93,15 +94,13 @@ def _check_global_ranges(inv: Inventory) -> list[Finding]:
     return out
 
 
-def _check_files(reader: "LeRobotReader", inv: Inventory) -> list[Finding]:
+def _check_files(inv: Inventory, present: set[str]) -> list[Finding]:
+    """D106 for every source file of an episode that is not among the `present` ones."""
     out: list[Finding] = []
-    checked: dict[str, bool] = {}
     missing_eps: dict[str, list[int]] = {}
     for r in inv.refs:
         for path in r.source_files():
-            if path not in checked:
-                checked[path] = reader.exists(path)
-            if not checked[path]:
+            if path not in present:
                 missing_eps.setdefault(path, []).append(r.episode_index)
     for path, eps in missing_eps.items():
         if len(out) >= MAX_LISTED:

@@ -363,7 +363,8 @@ class OrtfReader(BaseReader):
             if r.global_from is not None and r.global_to is not None and r.global_to - r.global_from != r.length:
                 out.append(Finding("error", "O104", f"episode {r.source_id}: end_step - start_step = "
                                    f"{r.global_to - r.global_from} but length = {r.length}"))
-        missing = sorted({p for r in inv.refs for p in r.source_files() if not self.exists(p)})
+        wanted = {p for r in inv.refs for p in r.source_files()}
+        missing = sorted(wanted - self.existing(wanted))  # one listing per folder
         for p in missing[:20]:
             out.append(Finding("error", "O103", f"missing file {p}", p, None))
         return out
