@@ -34,6 +34,9 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", metavar="A,B", help="convert only these source splits (default: all, kept per episode)")
     p.add_argument("--fps", type=float, help="the source's frame rate when it declares none (e.g. RLDS)")
     p.add_argument("--max-episodes", type=int, help="convert only the first N episodes")
+    p.add_argument("--instruction", metavar="TEXT",
+                   help="language instruction of every step without task text (sources without tasks, e.g. "
+                        "Minari; empty task strings); config source.instruction")
     p.add_argument("--image-format", choices=("jpeg", "png"), help="image encoding (default jpeg q95)")
     p.add_argument("--overwrite", action="store_true", help="replace robo-ray outputs in DST")
     p.add_argument("--resume", action="store_true",
@@ -105,6 +108,8 @@ def _config(args: argparse.Namespace) -> Any:
         fields["source.options.splits"] = [x.strip() for x in args.split.split(",") if x.strip()]
     if getattr(args, "fps", None):
         fields["source.options.fps"] = args.fps
+    if getattr(args, "instruction", None) is not None:
+        fields["source.instruction"] = args.instruction
     cfg = load_config(args.config, args.set)
     data = cfg.model_dump(by_alias=True)
     for dotted, value in fields.items():

@@ -178,6 +178,10 @@ class RunLog:
     def info(self, msg: str) -> None:
         self.lines.append(f"{_now()} INFO {msg}")
 
+    def warning(self, msg: str) -> None:
+        self.lines.append(f"{_now()} WARNING {msg}")
+        print(f"warning: {msg}", file=self.stderr, flush=True)
+
     def problem(self, msg: str) -> None:
         self.lines.append(f"{_now()} ERROR {msg}")
         self.errors.append(f"{_now()} {msg}")
@@ -231,6 +235,8 @@ def resolve_mapping(cfg: JobConfig, inv: Inventory) -> Mapping:
     else:
         mapping = writer_class(cfg.target.format).default_schema(inv, cfg.images, cfg.target.name)
         mapping.version = cfg.target.version
+    if cfg.source.instruction is not None:  # the config / --instruction wins over an edited mapping's
+        mapping.defaults.instruction = cfg.source.instruction
     mapping.check_against(inv.features)
     return mapping
 
@@ -668,6 +674,17 @@ def _check_resume(fs, out_root: str, cfg: JobConfig, cfg_dump: dict[str, Any],
     return True, _read_json(fs, join(out_root, "ledger.json"))
 
 
+def run_warnings(ledger: dict[str, Any], episodes_written: int) -> list[str]:
+    """What the run report warns about: written episodes without any language instruction (Octo / OpenVLA
+    loaders skip unlabeled trajectories)."""
+    unlabeled = sum(int(s.get("unlabeled") or 0) for s in ledger.get("shards", []))
+    if not unlabeled:
+        return []
+    return [f"{unlabeled} of {episodes_written} written episodes have an empty language instruction on every "
+            "step (loaders that skip unlabeled episodes, e.g. OpenVLA, drop them): set one with --instruction "
+            "TEXT (config source.instruction)"]
+
+
 def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader: Reader | None,
                          ledger: dict[str, Any], log: RunLog, mode: str, convert_seconds: float,
                          quarantined: list[dict[str, Any]], archive: bool = False) -> RunOutcome:
@@ -680,11 +697,14 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
     write_validation_outputs(fs, out_root, res, mapping.dataset_name, time.monotonic() - t1)
     for p in res.problems:
         log.problem(f"validation: {p}")
+    warnings = run_warnings(ledger, res.episodes_written)
+    for w in warnings:
+        log.warning(w)
     checksums = dataset_checksums(writer, known=res.shard_sha256)
     sizes = {n: fs.size(join(writer.dataset_dir, n)) for n in checksums}
     write_text_atomic(fs, join(out_root, "final_report.md"),
                       final_report(writer, inv, res, checksums, sizes, convert_seconds + time.monotonic() - t1,
-                                   mode, quarantined))
+                                   mode, quarantined, warnings))
     if archive:
         from robo_ray.stages.publish import write_archive
         write_archive(writer, checksums)

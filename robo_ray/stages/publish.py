@@ -35,7 +35,8 @@ def dataset_checksums(writer: Writer, known: dict[str, str] | None = None) -> di
 
 
 def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksums: dict[str, str],
-                 sizes: dict[str, int], seconds: float, mode: str, quarantined: list[dict[str, Any]]) -> str:
+                 sizes: dict[str, int], seconds: float, mode: str, quarantined: list[dict[str, Any]],
+                 warnings: list[str] | None = None) -> str:
     mapping = writer.mapping
     rel = writer.dataset_rel
     where = f"{writer.out_url}/{rel}" if rel else writer.out_url
@@ -51,6 +52,8 @@ def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksum
              f"| Conversion Time | {_duration(seconds)} |", f"| Mode | {mode} |", "",
              "## Validation", "", f"Status: {status}", ""]
     lines += [f"- {'✅' if c.passed else '❌'} {c.name}: {c.detail}" for c in res.checks]
+    if warnings:
+        lines += ["", "## Warnings", "", *(f"- ⚠️ {w}" for w in warnings)]
     if quarantined:
         lines += ["", "## Quarantined Episodes", "", "| Episode | Code | File | Reason |", "|---|---|---|---|"]
         lines += [f"| {q['episode_index']} | {q['code']} | {q.get('file') or ''} | {q['reason']} |"
