@@ -3,6 +3,7 @@ code; a traceback only with --debug. Exit codes: 0 ok, 1 other, 2 usage, 3 valid
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -136,9 +137,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.dry_run:
         return cmd_dry_run(cfg)
-    progress = _progress_printer()
-    outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=progress,
-                           archive=args.archive, resume=args.resume)
+    bar = _progress_printer()
+    with bar.lines_above() if bar else contextlib.nullcontext(None) as stderr:
+        outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=bar,
+                               stderr=stderr, archive=args.archive, resume=args.resume)
     print(redact(outcome.message))
     return outcome.exit_code
 
@@ -274,7 +276,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not example.exists():
         raise UsageError(f"bundled example not found at {example}")
     cfg = load_config(None, None, **{"source.url": str(example), "target.url": args.dst})
-    outcome = run_pipeline(cfg, overwrite=True, progress=_progress_printer())
+    bar = _progress_printer()
+    with bar.lines_above() if bar else contextlib.nullcontext(None) as stderr:
+        outcome = run_pipeline(cfg, overwrite=True, progress=bar, stderr=stderr)
     rel = Path(outcome.dataset_dir)
     print(outcome.message)
     print(f"\nreports: {args.dst}/final_report.md, {args.dst}/validation_report.md")
@@ -284,21 +288,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _progress_printer():
-    if not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
+    """On a terminal, the convert bar (robo_ray/progress_bar.py: per episode, frames/s, ETA, quarantined; other
+    stderr lines above it); else None (the Ray executor prints plain periodic status lines)."""
+    from robo_ray.progress_bar import progress_bar
 
-    bar: dict[str, Any] = {}
-
-    def update(done: int, total: int) -> None:
-        if "bar" not in bar:
-            bar["bar"] = tqdm(total=total, unit="ep", desc="convert", file=sys.stderr)
-        bar["bar"].n = done
-        bar["bar"].refresh()
-        if done >= total:
-            bar["bar"].close()
-
-    return update
+    return progress_bar(sys.stderr)
 
 
 class _OneLine(logging.Formatter):
