@@ -3,6 +3,7 @@ code; a traceback only with --debug. Exit codes: 0 ok, 1 other, 2 usage, 3 valid
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -36,6 +37,9 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
                    help="move this fraction of the train episodes to a `val` split (deterministic; splits.val_fraction)")
     p.add_argument("--fps", type=float, help="the source's frame rate when it declares none (e.g. RLDS)")
     p.add_argument("--max-episodes", type=int, help="convert only the first N episodes")
+    p.add_argument("--instruction", metavar="TEXT",
+                   help="language instruction of every step without task text (sources without tasks, e.g. "
+                        "Minari; empty task strings); config source.instruction")
     p.add_argument("--image-format", choices=("jpeg", "png"), help="image encoding (default jpeg q95)")
     p.add_argument("--overwrite", action="store_true", help="replace robo-ray outputs in DST")
     p.add_argument("--resume", action="store_true",
@@ -109,6 +113,8 @@ def _config(args: argparse.Namespace) -> Any:
         fields["splits.val_fraction"] = args.val_fraction
     if getattr(args, "fps", None):
         fields["source.options.fps"] = args.fps
+    if getattr(args, "instruction", None) is not None:
+        fields["source.instruction"] = args.instruction
     cfg = load_config(args.config, args.set)
     data = cfg.model_dump(by_alias=True)
     for dotted, value in fields.items():
@@ -135,9 +141,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.dry_run:
         return cmd_dry_run(cfg)
-    progress = _progress_printer()
-    outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=progress,
-                           archive=args.archive, resume=args.resume)
+    bar = _progress_printer()
+    with bar.lines_above() if bar else contextlib.nullcontext(None) as stderr:
+        outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=bar,
+                               stderr=stderr, archive=args.archive, resume=args.resume)
     print(redact(outcome.message))
     _print_reports(outcome)
     return outcome.exit_code
@@ -281,7 +288,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not example.exists():
         raise UsageError(f"bundled example not found at {example}")
     cfg = load_config(None, None, **{"source.url": str(example), "target.url": args.dst})
-    outcome = run_pipeline(cfg, overwrite=True, progress=_progress_printer())
+    bar = _progress_printer()
+    with bar.lines_above() if bar else contextlib.nullcontext(None) as stderr:
+        outcome = run_pipeline(cfg, overwrite=True, progress=bar, stderr=stderr)
     rel = Path(outcome.dataset_dir)
     print(outcome.message)
     print(f"\nreports: {args.dst}/final_report.md, {args.dst}/validation_report.md")
@@ -291,21 +300,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _progress_printer():
-    if not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
+    """On a terminal, the convert bar (robo_ray/progress_bar.py: per episode, frames/s, ETA, quarantined; other
+    stderr lines above it); else None (the Ray executor prints plain periodic status lines)."""
+    from robo_ray.progress_bar import progress_bar
 
-    bar: dict[str, Any] = {}
-
-    def update(done: int, total: int) -> None:
-        if "bar" not in bar:
-            bar["bar"] = tqdm(total=total, unit="ep", desc="convert", file=sys.stderr)
-        bar["bar"].n = done
-        bar["bar"].refresh()
-        if done >= total:
-            bar["bar"].close()
-
-    return update
+    return progress_bar(sys.stderr)
 
 
 class _OneLine(logging.Formatter):

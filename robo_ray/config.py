@@ -17,6 +17,7 @@ class SourceConfig(BaseModel):
     format: str | None = None
     storage_options: dict[str, Any] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)  # the reader's own keywords (e.g. splits, name, fps)
+    instruction: str | None = None  # the language instruction of steps without task text (--instruction)
 
 
 class TargetConfig(BaseModel):

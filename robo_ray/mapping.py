@@ -14,11 +14,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from robo_ray.cameras import camera_targets, camera_views, view_rank
 from robo_ray.episode import FeatureSpec
 from robo_ray.errors import ConfigError
 from robo_ray.readers.base import BUILTIN_METADATA, DATA_ROLES, Inventory, MetaType, canonical_path
 
 STEP_FLAGS = ("is_first", "is_last", "is_terminal")
+View = Literal["primary", "secondary", "wrist", "depth"]
 _TARGET_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(/[A-Za-z][A-Za-z0-9_]*)*$")
 # roles that feed an RLDS step field instead of becoming a step feature: role -> the Defaults field naming the source
 SOURCE_ROLES = {"reward": "reward_source", "discount": "discount_source", "is_first": "is_first_source",
@@ -40,6 +42,7 @@ class FieldMap(BaseModel):
     source_shape: list[int] | None = None  # images: HWC of the source frames
     source_codec: str | None = None  # images: video codec, or "image" for encoded images in the parquet
     role: str | None = None  # the source feature's role (FeatureSpec.role): state, action, camera, depth, ...
+    view: View | None = None  # images: the camera's role (primary, secondary, wrist, depth); decides their order
 
     @field_validator("target")
     @classmethod
@@ -60,10 +63,17 @@ class Defaults(BaseModel):
     reward_source: str | None = None
     is_terminal_source: str | None = None
     language_source: str = "task"  # "task" = the step's task text (Episode.step_tasks), "" = none
+    instruction: str = ""  # the instruction of steps without task text (--instruction / source.instruction)
     # per-step columns for the other RLDS step fields (None = constant / first-last rule)
     discount_source: str | None = None
     is_first_source: str | None = None
     is_last_source: str | None = None
+
+    def step_language(self, step_tasks: list[str], n: int) -> list[str]:
+        """Each of `n` steps' instruction: the source's task text (`language_source == "task"`), `instruction`
+        where there is none (no task text in the source, or an empty task)."""
+        tasks = list(step_tasks) if self.language_source == "task" else [""] * n
+        return [t or self.instruction for t in tasks] if self.instruction else tasks
 
     def sources(self) -> list[str]:
         """Source features the defaults read."""
@@ -119,7 +129,9 @@ class Mapping(BaseModel):
 
     @model_validator(mode="after")
     def _derive_images(self) -> "Mapping":
-        """Image shapes and transforms follow `images` (so an edited mapping.yaml stays consistent)."""
+        """Image shapes and transforms follow `images` (so an edited mapping.yaml stays consistent); image
+        features are ordered by their view (primary, secondary, wrist, depth; stable otherwise)."""
+        self.steps = order_by_view(self.steps)
         for fm in self.steps:
             if fm.kind != "image" or not fm.source_shape:
                 continue
@@ -229,12 +241,33 @@ def default_mapping(inv: Inventory, images: ImageOptions | None = None, name: st
                 fm.shape = []
         fm.role = role
         steps.append(fm)
+    name_cameras(steps)
     meta = dict(inv.metadata_types)
     return Mapping(dataset_name=name or sanitize_name(inv.dataset_name), source_format=inv.source_format,
                    source_version=inv.source_version, steps=steps, defaults=defaults, images=images,
                    episode_metadata=list(meta),
                    episode_metadata_types={k: v for k, v in meta.items() if k not in BUILTIN_METADATA},
                    dropped=dropped)
+
+
+def name_cameras(steps: list[FieldMap]) -> None:
+    """Give the image features their view and camera target (robo_ray/cameras.py), in place; the Mapping
+    orders them by view."""
+    images = [fm for fm in steps if fm.kind == "image"]
+    depth = [fm.role == "depth" or fm.dtype == "uint16" for fm in images]
+    views = camera_views((fm.source, fm.target, d) for fm, d in zip(images, depth))
+    taken = {fm.target for fm in steps if fm.kind != "image"}
+    targets = camera_targets([(fm.target, d, v) for fm, d, v in zip(images, depth, views)], taken)
+    for fm, view, target in zip(images, views, targets):
+        fm.view, fm.target = view, target  # type: ignore[assignment]
+
+
+def order_by_view(steps: list[FieldMap]) -> list[FieldMap]:
+    """`steps` with the image features (in the places they hold) sorted by view: primary, secondary, wrist,
+    depth; stable otherwise (an edited view in mapping.yaml changes the order)."""
+    images = sorted((fm for fm in steps if fm.kind == "image"), key=lambda fm: view_rank(fm.view))
+    it = iter(images)
+    return [next(it) if fm.kind == "image" else fm for fm in steps]
 
 
 def _target_dtype(dtype: str) -> tuple[str, str]:

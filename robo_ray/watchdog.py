@@ -94,6 +94,7 @@ class Activity(threading.local):
         self._interval = 1.0
         self._sent = 0.0
         self._cancelled: threading.Event | None = None
+        self.done = (0, 0, 0)  # this attempt at the unit so far: (episodes written, their frames, quarantined)
 
     def bind(self, cancelled: threading.Event | None) -> None:
         self._cancelled = cancelled
@@ -103,14 +104,18 @@ class Activity(threading.local):
 
     def begin_unit(self, unit_index: int) -> None:
         self.unit, self.episode, self.file, self.what, self.files = unit_index, None, None, "starting", ()
+        self.done = (0, 0, 0)
         self._event()
 
     def start_episode(self, episode_index: int, files: Iterable[str], first: str | None) -> None:
         self.episode, self.files, self.file, self.what = episode_index, tuple(files), first, "reading"
         self._event()
 
-    def end_episode(self) -> None:
-        """Between episodes the thread writes the shard: a stall there is the unit's, not an episode's."""
+    def end_episode(self, frames: int = 0, quarantined: bool = False) -> None:
+        """Between episodes the thread writes the shard: a stall there is the unit's, not an episode's. The
+        episode is counted (written with `frames` steps, or quarantined) for the progress display."""
+        eps, n, q = self.done
+        self.done = (eps, n, q + 1) if quarantined else (eps + 1, n + frames, q)
         self.episode, self.file, self.what, self.files = None, None, "writing the shard", ()
         self._event()
 
@@ -133,7 +138,9 @@ class Activity(threading.local):
                 self._send(now)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"unit": self.unit, "episode": self.episode, "file": self.file, "what": self.what}
+        eps, frames, q = self.done
+        return {"unit": self.unit, "episode": self.episode, "file": self.file, "what": self.what,
+                "episodes_done": eps, "frames_done": frames, "quarantined": q}
 
     def _relative(self, path: str) -> str:
         for f in self.files:  # name the file as quarantine lines do: relative to the source root
@@ -165,7 +172,10 @@ class WatchdogHooks:
         ACTIVITY.start_episode(ref.episode_index, ref.source_files(), ref.data_path)
 
     def after_episode(self, ref: Any) -> None:
-        ACTIVITY.end_episode()  # an abandoned thread stops here at the latest: its unit is never committed
+        ACTIVITY.end_episode(ref.length)  # an abandoned thread stops here at the latest: its unit is never committed
+
+    def quarantined(self, ref: Any) -> None:
+        ACTIVITY.end_episode(quarantined=True)
 
 
 # ---- verdicts ---------------------------------------------------------------------------------------------------
@@ -283,8 +293,9 @@ class ThreadWorker:
         finally:
             converter.close()
 
-    def run(self, unit: Unit) -> Outcome:
-        """Convert `unit`; abandon the thread when it is silent or over time (then `alive` is False)."""
+    def run(self, unit: Unit, on_beat: Callable[[dict[str, Any]], None] | None = None) -> Outcome:
+        """Convert `unit`; abandon the thread when it is silent or over time (then `alive` is False). Each
+        progress snapshot also goes to `on_beat` (the progress display)."""
         self.inbox.put(unit)
         self.busy = True
         t0 = last = time.monotonic()
@@ -301,6 +312,8 @@ class ThreadWorker:
                 continue
             if kind == "beat":
                 last, snap = time.monotonic(), payload
+                if on_beat is not None:
+                    on_beat(payload)
                 continue
             self.busy = False
             return Outcome("done", result=payload) if kind == "done" else Outcome("error", error=payload)

@@ -40,8 +40,10 @@ EP902, naming the file); a unit that times out as a whole is quarantined EP902 o
 other actors keep converting meanwhile. The decision is made in the driver, not in the actor, because an actor
 stuck in C code may not run any Python at all.
 
-Progress: `progress(done, total)` per finished unit (the CLI draws a bar on a TTY); when stderr is not a TTY
-(job logs), a one-line status every `status_interval_s` (env `ROBO_RAY_STATUS_INTERVAL_S`, default 10 s).
+Progress: `progress(Progress)` per episode (robo_ray/stages/progress.py; the CLI draws a bar on a TTY): the
+actors' heartbeats carry their unit's episode / frame / quarantine counts to the Publisher, and a driver thread
+asks it for them every PROGRESS_POLL_S; when stderr is not a TTY (job logs), a one-line status every
+`status_interval_s` (env `ROBO_RAY_STATUS_INTERVAL_S`, default 10 s).
 """
 from __future__ import annotations
 
@@ -63,11 +65,13 @@ from robo_ray.ray_exec.worker import AttemptCounter, UnitActor, WorkerContext
 from robo_ray.stages.pipeline import (UNIT_FAILED, JobSpec, Publisher, PublishSpec, RunOutcome, quarantine_lines,
                                       quarantine_unit)
 from robo_ray.stages.plan import Unit
+from robo_ray.stages.progress import ProgressFn, ProgressTracker
 from robo_ray.watchdog import Limits
 from robo_ray.writers import UnitResult
 
 MODES = ("safe", "parallel-half", "parallel-max")
 DEFAULT_MAX_ATTEMPTS = 3
+PROGRESS_POLL_S = 0.5  # the progress display asks the Publisher for the actors' latest snapshots this often
 log = logging.getLogger("robo_ray.ray_exec")
 
 
@@ -86,23 +90,33 @@ def actors_for_mode(mode: str, cluster_cpus: float, actors: int | None = None) -
 
 
 class _Status:
-    """Counts finished work; prints a one-line status periodically (job logs) and feeds the progress callback."""
+    """Counts finished work; prints a one-line status periodically (job logs), or feeds the progress display per
+    episode: `poll()` returns the Publisher's in-flight snapshots (the actors' heartbeats), asked every
+    PROGRESS_POLL_S."""
 
     def __init__(self, total_units: int, total_eps: int, total_steps: int, stream: TextIO,
-                 progress: Callable[[int, int], None] | None, interval_s: float, label: str) -> None:
+                 progress: ProgressFn | None, interval_s: float, label: str,
+                 poll: Callable[[], dict[int, dict[str, Any]]] | None = None) -> None:
         self.total_units, self.total_eps, self.total_steps = total_units, total_eps, total_steps
         self.units = self.eps = self.steps = self.quarantined = 0
-        self.stream, self.progress, self.interval_s, self.label = stream, progress, interval_s, label
+        self.stream, self.interval_s, self.label = stream, interval_s, label
+        self.tracker = ProgressTracker(progress, total_eps, total_steps) if progress else None
+        self.poll = poll
         self.t0 = time.monotonic()
         self.steps_at_start = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._poller: threading.Thread | None = None
 
     def start(self) -> None:
         self.steps_at_start = self.steps
         self.t0 = time.monotonic()
-        if self.progress and self.eps:
-            self.progress(self.eps, self.total_eps)
+        if self.tracker is not None:
+            self.tracker.start({"episodes_done": self.eps, "steps_done": self.steps,
+                                "quarantined": self.quarantined})
+            if self.poll is not None:
+                self._poller = threading.Thread(target=self._poll_loop, name="robo-ray-progress", daemon=True)
+                self._poller.start()
         if self.interval_s > 0:
             self.line()
             self._thread = threading.Thread(target=self._loop, name="robo-ray-status", daemon=True)
@@ -113,8 +127,15 @@ class _Status:
         self.eps += len(res.episodes) + len(res.quarantined)
         self.steps += sum(s for _, s in res.episodes)
         self.quarantined += len(res.quarantined)
-        if self.progress:
-            self.progress(self.eps, self.total_eps)
+        if self.tracker is not None:
+            self.tracker.unit_done(res)
+
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(PROGRESS_POLL_S):
+            try:
+                self.tracker.in_flight(self.poll())  # type: ignore[misc,union-attr]
+            except Exception as exc:  # noqa: BLE001 - the display must never break a run
+                log.debug("progress: no answer from the publisher: %s", exc)
 
     def fps(self) -> float:
         dt = time.monotonic() - self.t0
@@ -133,6 +154,10 @@ class _Status:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=1)
+        if self.tracker is not None:
+            self.tracker.finish()
         if self._thread is not None:
             self._thread.join(timeout=1)
             self.line()
@@ -322,7 +347,7 @@ class RayExecutor:
                 yield quarantine_unit(writer, u, UNIT_FAILED, "Ray gave up on this unit after repeated failures")
 
     def run_job(self, units: list[Unit], job: JobSpec, spec: PublishSpec, *,
-                progress: Callable[[int, int], None] | None = None, stderr: TextIO | None = None) -> RunOutcome:
+                progress: ProgressFn | None = None, stderr: TextIO | None = None) -> RunOutcome:
         """Convert and publish: Publisher actor + actor pool. Returns the outcome computed by the Publisher."""
         stderr = stderr or sys.stderr
         cpus = self.connect()
@@ -336,7 +361,7 @@ class RayExecutor:
             ray.kill(publisher)
 
     def _run_with_publisher(self, publisher: Any, units: list[Unit], job: JobSpec,
-                            progress: Callable[[int, int], None] | None, stderr: TextIO, cpus: float) -> RunOutcome:
+                            progress: ProgressFn | None, stderr: TextIO, cpus: float) -> RunOutcome:
         pending: list[Unit] = ray.get(publisher.pending.remote())
         self.last_actor_count = max(1, min(actors_for_mode(self.mode, cpus, self.actors), max(1, len(pending))))
         spec_name = self.name
@@ -344,7 +369,8 @@ class RayExecutor:
         st = ray.get(publisher.status.remote())
         interval = self.status_interval_s if not _isatty(stderr) else 0.0
         status = _Status(len(units), st["episodes_total"], sum(r.length for u in units for r in u.refs), stderr,
-                         progress, interval, spec_name)
+                         progress, interval, spec_name,
+                         poll=lambda: ray.get(publisher.in_flight_progress.remote(), timeout=30))
         status.units, status.eps, status.steps = st["units_done"], st["episodes_done"], st["steps_done"]
         status.start()
         try:

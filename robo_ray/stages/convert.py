@@ -51,6 +51,9 @@ class ConvertHooks:
     def after_episode(self, ref: EpisodeRef) -> None:
         pass
 
+    def quarantined(self, ref: EpisodeRef) -> None:
+        """The episode was quarantined (after `before_episode`; `after_episode` is not called for it)."""
+
 
 class ChainedHooks(ConvertHooks):
     def __init__(self, *hooks: ConvertHooks) -> None:
@@ -63,6 +66,17 @@ class ChainedHooks(ConvertHooks):
     def after_episode(self, ref: EpisodeRef) -> None:
         for h in self.hooks:
             h.after_episode(ref)
+
+    def quarantined(self, ref: EpisodeRef) -> None:
+        for h in self.hooks:
+            _quarantined_hook(h, ref)
+
+
+def _quarantined_hook(hooks: Any, ref: EpisodeRef) -> None:
+    """`hooks.quarantined(ref)` for hooks that have it (hook objects may implement only the episode pair)."""
+    fn = getattr(hooks, "quarantined", None)
+    if fn is not None:
+        fn(ref)
 
 
 class UnitConverter:
@@ -78,19 +92,24 @@ class UnitConverter:
         self.mapping = mapping
         self.writer = writer
         self.hooks = hooks or ConvertHooks()
+        self._unlabeled = 0  # this unit's written episodes without any instruction
         self.videos = VideoPool(threads=self.options.decoder_threads)
 
     def convert(self, unit: Unit, on_quarantine: Callable[[QuarantineRecord], None] | None = None) -> UnitResult:
         """Write the unit; bad episodes are quarantined (recorded in the result), never fatal."""
         sink = self.writer.open_unit(unit)
+        self._unlabeled = 0
         try:
             for ref in unit.refs:
                 rec = self._episode_into(sink, ref)
                 if rec is not None:
                     sink.quarantine(rec.to_dict())
+                    _quarantined_hook(self.hooks, ref)
                     if on_quarantine:
                         on_quarantine(rec)
-            return sink.commit()
+            res = sink.commit()
+            res.unlabeled = self._unlabeled
+            return res
         except BaseException:
             sink.abort()
             raise
@@ -102,6 +121,8 @@ class UnitConverter:
         try:
             episode = self.canonical_episode(ref)
             sink.add(episode)
+            if episode.length and not any(episode.language):
+                self._unlabeled += 1
         except EpisodeError as exc:
             return QuarantineRecord(ref.episode_index, exc.code, str(exc), _file_of(exc, ref))
         except StorageError:  # the store failed after its retries, not the episode: fail the unit
@@ -142,7 +163,7 @@ class UnitConverter:
         is_last = self._step_column(ep, d.is_last_source, np.bool_) if d.is_last_source else last
         is_terminal = self._step_column(ep, d.is_terminal_source, np.bool_) if d.is_terminal_source \
             else np.full(n, d.is_terminal, dtype=np.bool_)
-        lang = list(ep.step_tasks) if d.language_source == "task" else [""] * n
+        lang = d.step_language(ep.step_tasks, n)
         if len(lang) != n:
             raise DataCorrupt(f"{ep.ref.data_path}: episode {ep.episode_index} has {len(lang)} step tasks for "
                               f"{n} steps")

@@ -39,7 +39,9 @@ from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
 from robo_ray.storage import create_exclusive, is_local, join, url_to_fs, write_text_atomic
-from robo_ray.watchdog import InFlight, Limits, ThreadWorker, with_quarantined, without
+from robo_ray.stages.progress import ProgressFn, ProgressTracker
+from robo_ray.watchdog import (ACTIVITY, WORKER_BEAT_S, InFlight, Limits, ThreadWorker, WatchdogHooks,
+                               with_quarantined, without)
 from robo_ray.writers import DEFAULT_TARGET, REGISTRY as WRITERS, UnitResult, Writer, writer_class
 
 # the run's own files at the output root; each writer adds its dataset's entries (Writer.outputs())
@@ -131,6 +133,9 @@ class InProcessExecutor:
 
     name = "in-process (1 worker)"
 
+    def __init__(self) -> None:
+        self.on_beat: Callable[[dict[str, Any]], None] | None = None  # progress snapshots (ACTIVITY), per episode
+
     def start(self) -> None:
         """Nothing to bring up: the converter is built by `run`."""
 
@@ -138,11 +143,14 @@ class InProcessExecutor:
         if job.limits.active:
             yield from self._run_watched(units, job)
             return
-        conv = job.make_converter()
+        conv = job.make_converter(WatchdogHooks() if self.on_beat else None)
+        ACTIVITY.report(self.on_beat, WORKER_BEAT_S)
         try:
             for unit in units:
+                ACTIVITY.begin_unit(unit.index)
                 yield conv.convert(unit)
         finally:
+            ACTIVITY.report(None)
             conv.close()
 
     def _run_watched(self, units: list[Unit], job: JobSpec) -> Iterator[UnitResult]:
@@ -153,7 +161,7 @@ class InProcessExecutor:
                 skip: dict[int, dict[str, Any]] = {}
                 while True:
                     worker = worker if worker is not None and worker.alive else ThreadWorker(job, job.limits)
-                    out = worker.run(without(unit, skip))
+                    out = worker.run(without(unit, skip), self.on_beat)
                     if out.kind == "done":
                         yield with_quarantined(out.result, skip.values())  # type: ignore[arg-type]
                         break
@@ -184,6 +192,10 @@ class RunLog:
 
     def info(self, msg: str) -> None:
         self.lines.append(f"{_now()} INFO {msg}")
+
+    def warning(self, msg: str) -> None:
+        self.lines.append(f"{_now()} WARNING {msg}")
+        print(f"warning: {msg}", file=self.stderr, flush=True)
 
     def problem(self, msg: str) -> None:
         self.lines.append(f"{_now()} ERROR {msg}")
@@ -239,6 +251,8 @@ def resolve_mapping(cfg: JobConfig, inv: Inventory) -> Mapping:
     else:
         mapping = writer_class(cfg.target.format).default_schema(inv, cfg.images, cfg.target.name)
         mapping.version = cfg.target.version
+    if cfg.source.instruction is not None:  # the config / --instruction wins over an edited mapping's
+        mapping.defaults.instruction = cfg.source.instruction
     mapping.check_against(inv.features)
     return mapping
 
@@ -438,8 +452,12 @@ class Publisher:
         return self.flight.begin(unit_index, n, actor)
 
     def heartbeat(self, unit_index: int, attempt: int, snapshot: dict[str, Any]) -> None:
-        """A worker's progress (robo_ray.watchdog.ACTIVITY snapshot: episode, file)."""
+        """A worker's progress (robo_ray.watchdog.ACTIVITY snapshot: episode, file, episodes done so far)."""
         self.flight.heartbeat(unit_index, attempt, snapshot)
+
+    def in_flight_progress(self) -> dict[int, dict[str, Any]]:
+        """The latest snapshot of every unit in flight (the driver's progress display polls it)."""
+        return {u: dict(snap) for u, snap in self.flight.snap.items() if u not in self.results}
 
     def overdue(self) -> list[tuple[int, Any, str]]:
         """(unit, actor handle, reason) of the attempts over a timeout; the caller kills those actors."""
@@ -570,7 +588,7 @@ class Publisher:
 
 # ---- the job -------------------------------------------------------------------------------------------------
 def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor | None = None,
-                 stderr: TextIO | None = None, progress: Callable[[int, int], None] | None = None,
+                 stderr: TextIO | None = None, progress: ProgressFn | None = None,
                  archive: bool = False, resume: bool = False, verify_resume: bool = True) -> RunOutcome:
     """The whole job. Raises RoboRayError for usage/conflict problems; returns the outcome otherwise.
 
@@ -599,7 +617,7 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
 
 
 def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs, out_root: str, executor: Executor,
-                log: RunLog, progress: Callable[[int, int], None] | None, archive: bool, resume: bool,
+                log: RunLog, progress: ProgressFn | None, archive: bool, resume: bool,
                 verify_resume: bool, overwrite: bool, previous_ledger: dict[str, Any] | None,
                 t0: float) -> RunOutcome:
     """The job once this run holds the destination's lock."""
@@ -664,15 +682,17 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
 
     publisher = Publisher(spec, log=log, reader=reader)
     pending = publisher.pending()
-    st = publisher.status()
-    done, total = st["episodes_done"], st["episodes_total"]
-    if progress and done:
-        progress(done, total)
+    tracker = ProgressTracker(progress, publisher.total_episodes, publisher.total_steps) if progress else None
+    if tracker is not None:
+        tracker.start(publisher.status())
+        if hasattr(executor, "on_beat"):
+            executor.on_beat = tracker.beat  # type: ignore[attr-defined]
     for res in executor.run(pending, job):
         publisher.record(res)
-        done += len(res.episodes) + len(res.quarantined)
-        if progress:
-            progress(done, total)
+        if tracker is not None:
+            tracker.unit_done(res)
+    if tracker is not None:
+        tracker.finish()
     outcome, _ = publisher.finish()
     return outcome
 
@@ -694,6 +714,17 @@ def _check_resume(fs, out_root: str, cfg: JobConfig, cfg_dump: dict[str, Any],
     return True, _read_json(fs, join(out_root, "ledger.json"))
 
 
+def run_warnings(ledger: dict[str, Any], episodes_written: int) -> list[str]:
+    """What the run report warns about: written episodes without any language instruction (Octo / OpenVLA
+    loaders skip unlabeled trajectories)."""
+    unlabeled = sum(int(s.get("unlabeled") or 0) for s in ledger.get("shards", []))
+    if not unlabeled:
+        return []
+    return [f"{unlabeled} of {episodes_written} written episodes have an empty language instruction on every "
+            "step (loaders that skip unlabeled episodes, e.g. OpenVLA, drop them): set one with --instruction "
+            "TEXT (config source.instruction)"]
+
+
 def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader: Reader | None,
                          ledger: dict[str, Any], log: RunLog, mode: str, convert_seconds: float,
                          quarantined: list[dict[str, Any]], archive: bool = False) -> RunOutcome:
@@ -706,6 +737,9 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
     write_validation_outputs(fs, out_root, res, mapping.dataset_name, time.monotonic() - t1)
     for p in res.problems:
         log.problem(f"validation: {p}")
+    warnings = run_warnings(ledger, res.episodes_written)
+    for w in warnings:
+        log.warning(w)
     checksums = dataset_checksums(writer, known=res.shard_sha256)
     sizes = {n: fs.size(join(writer.dataset_dir, n)) for n in checksums}
     report_html, report_error = try_write_report_html(writer, inv, reader, res, quarantined)
@@ -713,7 +747,7 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
         log.problem(f"report.html not written (the conversion is unaffected): {report_error}")
     write_text_atomic(fs, join(out_root, "final_report.md"),
                       final_report(writer, inv, res, checksums, sizes, convert_seconds + time.monotonic() - t1,
-                                   mode, quarantined, report_error))
+                                   mode, quarantined, report_error, warnings))
     if archive:
         from robo_ray.stages.publish import write_archive
         write_archive(writer, checksums)

@@ -43,8 +43,9 @@ def visual_report_line(report_error: str | None) -> str:
 
 def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksums: dict[str, str],
                  sizes: dict[str, int], seconds: float, mode: str, quarantined: list[dict[str, Any]],
-                 report_error: str | None = None) -> str:
-    """final_report.md; `report_error` says why report.html (linked from here) could not be written."""
+                 report_error: str | None = None, warnings: list[str] | None = None) -> str:
+    """final_report.md; `report_error` says why report.html (linked from here) could not be written; `warnings`
+    (e.g. episodes without an instruction) get their own section."""
     mapping = writer.mapping
     rel = writer.dataset_rel
     where = f"{writer.out_url}/{rel}" if rel else writer.out_url
@@ -61,6 +62,8 @@ def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksum
              f"| Conversion Time | {_duration(seconds)} |", f"| Mode | {mode} |", "",
              "## Validation", "", f"Status: {status}", ""]
     lines += [f"- {'✅' if c.passed else '❌'} {c.name}: {c.detail}" for c in res.checks]
+    if warnings:
+        lines += ["", "## Warnings", "", *(f"- ⚠️ {w}" for w in warnings)]
     if quarantined:
         lines += ["", "## Quarantined Episodes", "", "| Episode | Code | File | Reason |", "|---|---|---|---|"]
         lines += [f"| {q['episode_index']} | {q['code']} | {q.get('file') or ''} | {q['reason']} |"

@@ -6,14 +6,15 @@ from typing import Any
 import yaml
 
 from robo_ray.errors import ConfigError
-from robo_ray.mapping import Mapping
+from robo_ray.mapping import Defaults, Mapping
 from robo_ray.readers.base import Inventory
 from robo_ray.storage import join, write_text_atomic
 
 
 def mapping_yaml(mapping: Mapping) -> str:
     head = ("# robo-ray mapping: edit and pass back with --mapping mapping.yaml\n"
-            "# steps[].target: the canonical key inside a step (the target's writer lays it out); remove an entry to drop a feature; images.encoding: jpeg|png\n")
+            "# steps[].target: the canonical key inside a step (the target's writer lays it out); remove an entry to drop a feature; images.encoding: jpeg|png\n"
+            "# steps[].view (images): primary | secondary | wrist | depth, orders the cameras; defaults.instruction: the language of steps without task text\n")
     data = mapping.model_dump(mode="json", exclude_none=True)
     return head + yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None)
 
@@ -66,9 +67,13 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
                    "source feature" if d.is_first_source else "episode boundary"),
               _row("is_last", f"from `{d.is_last_source}`" if d.is_last_source else "last step",
                    "source feature" if d.is_last_source else "episode boundary"),
-              _row("language_instruction", "task text of the step (task_index)" if d.language_source == "task"
-                   else "empty", "source task text" if d.language_source == "task" else "no task text in the source"),
-              ""]
+              _row("language_instruction", *_language(d)), ""]
+    cams = mapping.image_maps()
+    if cams:
+        lines += ["## Cameras", "", "In this order (by view: primary, secondary, wrist, depth); edit `view` in "
+                  "mapping.yaml to change a camera's role and the order.", "",
+                  _row("Target Key", "Source Key", "View"), _row("---", "---", "---")]
+        lines += [_row(fm.target, fm.source, fm.view or "(none)") for fm in cams] + [""]
     lines += ["## Images", "", f"- encoding: {mapping.images.encoding.upper()}"
               + (f" (quality {mapping.images.jpeg_quality})" if mapping.images.encoding == "jpeg" else " (lossless)"),
               f"- resize: {mapping.images.resize or 'none'}", ""]
@@ -87,6 +92,17 @@ def mapping_markdown(mapping: Mapping, inv: Inventory) -> str:
         lines += ["## Type Narrowing", "", "TFRecord float_list is float32 and int64_list is int64; these features "
                   "are narrowed: " + ", ".join(f"`{fm.source}` ({fm.transform})" for fm in narrowed), ""]
     return "\n".join(lines)
+
+
+def _language(d: Defaults) -> tuple[str, str]:
+    """The language_instruction row of mapping.md: (value, reason)."""
+    said = f'"{d.instruction}"'
+    if d.language_source == "task":
+        return ("task text of the step (task_index)" + (f"; {said} where it is empty" if d.instruction else ""),
+                "source task text" + ("; --instruction for steps without" if d.instruction else ""))
+    if d.instruction:
+        return said, "--instruction (no task text in the source)"
+    return "empty", "no task text in the source (set one with --instruction)"
 
 
 def write_spec_outputs(fs, out_root: str, mapping: Mapping, inv: Inventory) -> None:

@@ -150,10 +150,13 @@ def compare_sample(reader: Reader, mapping: Mapping, ref: EpisodeRef, written: W
                 if src.shape != got.shape:
                     src = _resize_like(src, got.shape)
                 res.psnr.append(psnr(src, got))
-    if written.language is not None and mapping.defaults.language_source == "task":
+    if written.language is not None:
+        d = mapping.defaults
+        want = d.step_language(ep.step_tasks, T)
         for k, i in enumerate(idx):
-            if k < len(written.language) and written.language[k] != ep.step_tasks[i]:
-                out.append(f"episode {ref.episode_index} step {i}: language_instruction differs from the task")
+            if k < len(written.language) and written.language[k] != want[i]:
+                out.append(f"episode {ref.episode_index} step {i}: language_instruction differs from the "
+                           f"{'task' if d.language_source == 'task' else 'instruction'} ({want[i]!r})")
     return out
 
 

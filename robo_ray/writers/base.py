@@ -51,6 +51,7 @@ class UnitResult:
     sha256: str = ""
     files: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    unlabeled: int = 0  # written episodes with no instruction on any step (counted by Convert)
 
     @property
     def unit_index(self) -> int:

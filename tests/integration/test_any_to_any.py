@@ -231,7 +231,12 @@ def test_rlds_to_lerobot(case: str, request: pytest.FixtureRequest, tmp_path: Pa
     assert data_feats == {"action", "next.reward", "next.done", *discount, *others}, sorted(data_feats)
     video_keys = [k for k, f in feats.items() if f["dtype"] == "video"]  # in mapping order
     assert len(video_keys) == len(cameras) == (2 if case == "pusher" else 1)
-    assert [k.rsplit(".", 1)[-1] for k in video_keys] == [fm.source.rsplit("/", 1)[-1] for fm in cameras]
+    # observation/image_<x> -> observation.images.<x>; observation/image -> the last part of its source key
+    assert [k.rsplit(".", 1)[-1] for k in video_keys] == [
+        fm.target.split("/image_", 1)[1] if "/image_" in fm.target else fm.source.rsplit("/", 1)[-1] for fm in cameras]
+    if case == "pusher":  # views order the cameras; wrist_image is renamed (robo_ray/cameras.py)
+        assert [(fm.target, fm.view) for fm in cameras] == [("observation/image", "primary"),
+                                                            ("observation/image_wrist", "wrist")]
 
     reader = open_reader(str(out), "lerobot")
     inv = reader.discover()
@@ -308,7 +313,9 @@ def _same_episodes(src: Any, src_refs: list, out: Any, out_refs: list) -> None:
         assert eb.metadata["episode_id"] == ea.metadata["episode_id"]
         for key, v in ea.columns.items():
             _assert_same_column(v, eb.columns[key], f"{ra.source_id}: {key}")
-        assert eb.images == ea.images, f"{ra.source_id}: image bytes were not passed through"
+        renamed = {"observation/wrist_image": "observation/image_wrist"}  # camera names (robo_ray/cameras.py)
+        assert eb.images == {renamed.get(k, k): v for k, v in ea.images.items()}, \
+            f"{ra.source_id}: image bytes were not passed through"
 
 
 @pytest.mark.xdist_group("any_to_any_pusher_splits")

@@ -312,7 +312,7 @@ def test_rlds_pusher_sample_loads_in_lerobot(lerobot_python, shared, tmp_path):
     numeric = {k for k, f in summary["features"].items() if f["dtype"] != "video" and k not in BOOKKEEPING}
     assert numeric == {"action", "observation.state", "next.reward", "next.done", "discount"}
     worst = _check_from_source(summary, arrays, out, _rlds_leaves(src), "language_instruction")
-    assert set(worst) == {"observation.images.image", "observation.images.wrist_image"}
+    assert set(worst) == {"observation.images.image", "observation.images.wrist"}  # image_wrist (cameras.py)
     print(worst)
     _doctor(lerobot_python, out, tmp_path)
 
