@@ -242,6 +242,9 @@ class RayExecutor:
             self._starter.start()
 
     def _start_pool(self) -> None:
+        # ray.init off the main thread warns that it set no SIGTERM handler: SIGTERM then ends the driver the
+        # default way and the head processes it started go with it (fate-shared), which is what a CLI wants
+        logging.getLogger("ray._private.worker").addFilter(_DropMessage("SIGTERM handler is not set"))
         try:
             cpus = self.connect()
             self._pool = self._new_actors(actors_for_mode(self.mode, cpus, self.actors), cpus)
@@ -394,6 +397,17 @@ class RayExecutor:
                 print(line, file=stderr, flush=True)
                 printed.add(line)
         return outcome
+
+
+class _DropMessage(logging.Filter):
+    """Drops the log records whose message contains `text`."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 class _Watchdog:

@@ -48,7 +48,12 @@ def _check_refused(case: Case, lines: list[str], out: Path) -> None:
 
 
 def _check_converted(case: Case, lines: list[str], out: Path, src: Path) -> None:
-    """Quarantine lines only, one per bad episode, and the rest of the dataset converted in full."""
+    """Quarantine lines only, one per bad episode, and the rest of the dataset converted in full (sources without
+    task text, e.g. Minari, also get the one warning line about episodes without an instruction)."""
+    warnings = [ln for ln in lines if ln.startswith("warning: ")]
+    assert len(warnings) <= 1, warnings
+    assert all("empty language instruction" in w and "--instruction" in w for w in warnings), warnings
+    lines = [ln for ln in lines if ln not in warnings]
     parsed = [_QUARANTINE_LINE.match(ln) for ln in lines]
     assert all(parsed), lines
     assert [int(m["ep"]) for m in parsed] == sorted(case.episodes), lines

@@ -31,14 +31,24 @@ RUN = ("--set", "plan.min_shards=1", "--set", "validate.tfds_readback=false", "-
        "validate.sample_episodes=0", "--set", "convert.max_quarantine_fraction=0.5")
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("progress") / "src"
-    spec = DatasetSpec(version="v2.1", episode_lengths=[LENGTH] * EPISODES,
+def _source(root: Path, length: int) -> Path:
+    spec = DatasetSpec(version="v2.1", episode_lengths=[length] * EPISODES,
                        cameras=[CameraSpec(height=240, width=320)])
     write_lerobot_dataset(root, spec)
     corrupt_video(root / f"videos/chunk-000/observation.images.top/episode_{MISSING:06d}.mp4", "delete")
     return root
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _source(tmp_path_factory.mktemp("progress") / "src", LENGTH)
+
+
+@pytest.fixture(scope="module")
+def long_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Episodes long enough that an actor's heartbeats (at most one per ACTOR_BEAT_S) land inside the unit even
+    when the machine is idle: the Ray bar can only move between units that way."""
+    return _source(tmp_path_factory.mktemp("progress") / "long", LENGTH * 3)
 
 
 def run_in_pty(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> tuple[int, str]:
@@ -97,8 +107,8 @@ def test_bar_in_process(source: Path, tmp_path: Path) -> None:
     assert re.search(rf"{EPISODES}/{EPISODES} \[[^\]]*frames/s, 1 quarantined\]", shown), shown[-2000:]
 
 
-def test_bar_on_a_ray_actor(source: Path, tmp_path: Path) -> None:
-    code, shown = run_in_pty("run", str(source), str(tmp_path / "out"), "--mode", "safe", *RUN,
+def test_bar_on_a_ray_actor(long_source: Path, tmp_path: Path) -> None:
+    code, shown = run_in_pty("run", str(long_source), str(tmp_path / "out"), "--mode", "safe", *RUN,
                              env={"RAY_AUTH_MODE": "disabled"})
     _check_display(code, shown)
 
