@@ -194,6 +194,7 @@ def _load_output(dst: str) -> dict[str, Any]:
     """A finished output folder: its mapping, ledger, job config, and the source re-discovered."""
     from robo_ray.config import JobConfig
     from robo_ray.readers import open_reader
+    from robo_ray.stages.journal import read_ledger
     from robo_ray.stages.spec import load_mapping
     from robo_ray.storage import join, url_to_fs
 
@@ -203,7 +204,7 @@ def _load_output(dst: str) -> dict[str, Any]:
             raise UsageError(f"{dst} is not a robo-ray output folder ({name} missing)")
     mapping = load_mapping(fs.cat_file(join(root, "mapping.yaml")).decode(), "mapping.yaml")
     inv_json = json.loads(fs.cat_file(join(root, "inventory.json")))
-    ledger = json.loads(fs.cat_file(join(root, "ledger.json")))
+    ledger = read_ledger(fs, root) or {}  # ledger.json + the journal parts of a run killed on an object store
     job = json.loads(fs.cat_file(join(root, "job.json"))) if fs.exists(join(root, "job.json")) else {}
     cfg = JobConfig.model_validate(job) if job else JobConfig()
     reader = open_reader(inv_json["dataset_root"], cfg.source.format, cfg.source.storage_options, cfg.source.options)

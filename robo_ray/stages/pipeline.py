@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import sys
 import time
 import uuid
@@ -32,13 +31,14 @@ from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
 from robo_ray.stages.discover import summarize, write_discover_outputs
+from robo_ray.stages.journal import JOURNAL_DIR, LEDGER_NAME, Journal, read_ledger
 from robo_ray.stages.plan import Unit, assign_val_split
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
 from robo_ray.stages.report_html import try_write_report_html
 from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
-from robo_ray.storage import create_exclusive, is_local, join, url_to_fs, write_text_atomic
+from robo_ray.storage import create_exclusive, join, url_to_fs, write_text_atomic
 from robo_ray.stages.progress import ProgressFn, ProgressTracker
 from robo_ray.watchdog import (ACTIVITY, WORKER_BEAT_S, InFlight, Limits, ThreadWorker, WatchdogHooks,
                                with_quarantined, without)
@@ -47,7 +47,7 @@ from robo_ray.writers import DEFAULT_TARGET, REGISTRY as WRITERS, UnitResult, Wr
 # the run's own files at the output root; each writer adds its dataset's entries (Writer.outputs())
 RUN_OUTPUTS = ("inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
                "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json",
-               "dataset_statistics.json", "commit.json", "report.html", LOCK_NAME)
+               "dataset_statistics.json", "commit.json", "report.html", JOURNAL_DIR, LOCK_NAME)
 
 
 def our_outputs(fs, out_root: str, target_format: str) -> set[str]:
@@ -403,13 +403,8 @@ class Publisher:
         self.flight = InFlight(Limits.from_config(self.cfg.convert))  # the Ray driver's watchdog (executor.py)
         self._t0 = time.monotonic()
         self._last_flush = 0.0
-        self._progress_path = join(self.root, "progress.jsonl")
-        self._ledger_path = join(self.root, "ledger.json")
-        self._progress_lines: list[str] = []
-        if not is_local(self.fs) and self.resumed and self.fs.exists(self._progress_path):
-            self._progress_lines = self.fs.cat_file(self._progress_path).decode().splitlines()
-        if not self.resumed:
-            self._write_progress_all([])
+        self._ledger_path = join(self.root, LEDGER_NAME)
+        self.journal = Journal(self.fs, self.root, resumed=bool(self.resumed))
         self.flush_ledger(force=True)
 
     # ---- what to run ------------------------------------------------------------------------------------------
@@ -493,7 +488,7 @@ class Publisher:
             self.log.problem(QuarantineRecord(**q).line())
         self.log.info(f"shard {res.filename}: {len(res.episodes)} episodes, {res.num_bytes} bytes, "
                       f"sha256 {res.sha256}")
-        self._append_progress(lines)
+        self.journal.record(res.shard_index, res.to_dict(), lines)
         self.flush_ledger()
         if echo_start is not None:
             return self.log.stderr.getvalue()[echo_start:].splitlines()
@@ -506,21 +501,6 @@ class Publisher:
         return res
 
     # ---- journal ----------------------------------------------------------------------------------------------
-    def _write_progress_all(self, lines: list[str]) -> None:
-        self._progress_lines = list(lines)
-        write_text_atomic(self.fs, self._progress_path, "".join(f"{x}\n" for x in lines))
-
-    def _append_progress(self, lines: list[str]) -> None:
-        if not lines:
-            return
-        if is_local(self.fs):
-            with open(self._progress_path, "a", encoding="utf-8") as f:
-                f.write("".join(f"{x}\n" for x in lines))
-                f.flush()
-                os.fsync(f.fileno())
-        else:  # object stores have no append: rewrite the object (one PUT)
-            self._write_progress_all(self._progress_lines + lines)
-
     def ledger(self, complete: bool = False) -> dict[str, Any]:
         return {"shards": [r.to_dict() for r in sorted(self.results.values(), key=lambda r: r.shard_index)],
                 "num_shards": len(self.units), "fingerprint": self.spec.fingerprint,
@@ -530,8 +510,8 @@ class Publisher:
 
     def flush_ledger(self, force: bool = False, complete: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._last_flush < self.LEDGER_FLUSH_S:
-            return
+        if not force and (not self.journal.appends or now - self._last_flush < self.LEDGER_FLUSH_S):
+            return  # object stores: the journal's parts hold the units recorded since (journal.py)
         write_text_atomic(self.fs, self._ledger_path, json.dumps(self.ledger(complete), indent=2))
         self._last_flush = now
 
@@ -574,6 +554,7 @@ class Publisher:
         self.writer.finalize(results, inv)
         ledger = self.ledger(complete=True)
         self.flush_ledger(force=True, complete=True)
+        self.journal.merge()
         quarantined = [q for r in results for q in r.quarantined]
         retried = {k: v for k, v in self.attempts.items() if v > 1}
         if retried:
@@ -711,7 +692,7 @@ def _check_resume(fs, out_root: str, cfg: JobConfig, cfg_dump: dict[str, Any],
                                  f"({', '.join(diffs[:6])}); use --overwrite to start over", code="RR401")
         prepare_destination(fs, out_root, True, cfg.target.url, cfg.target.format)
         return False, None
-    return True, _read_json(fs, join(out_root, "ledger.json"))
+    return True, read_ledger(fs, out_root)
 
 
 def run_warnings(ledger: dict[str, Any], episodes_written: int) -> list[str]:

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from robo_ray.config import load_config
+from robo_ray.stages.journal import read_ledger
 from robo_ray.stages.pipeline import InProcessExecutor, run_pipeline
 from tests.conftest import REPO, load_rlds, run_cli, sigkill_when
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
@@ -191,10 +192,10 @@ def test_secret_appears_nowhere(ray_run):
 
 # ---- 3. SIGKILL of the driver, then --resume on S3 --------------------------------------------------------------------
 def _s3_ledger(fs, prefix: str) -> dict | None:
-    try:
-        return json.loads(fs.cat_file(f"{prefix}/ledger.json"))
-    except (FileNotFoundError, ValueError):
-        return None
+    """ledger.json plus the journal parts (one object per recorded unit: ledger.json itself is only written at the
+    start and the end on object stores, robo_ray/stages/journal.py)."""
+    fs.invalidate_cache()
+    return read_ledger(fs, prefix)
 
 
 def test_kill_driver_then_resume_on_s3(s3_server, env, sources, reference, tmp_path):  # noqa: F811
@@ -226,6 +227,7 @@ def test_kill_driver_then_resume_on_s3(s3_server, env, sources, reference, tmp_p
     assert _files(_version_dir(out)) == reference["v30"]
     progress = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
     assert sorted(p["episode_id"] for p in progress if p["status"] == "completed") == list(range(12))
+    assert not (out / "journal").exists() or not any((out / "journal").iterdir())  # merged into progress.jsonl
 
 
 # ---- 5. unreachable endpoint, missing bucket --------------------------------------------------------------------------

@@ -1,0 +1,115 @@
+"""The run's journal on the destination: progress.jsonl (one line per episode) and the unit results behind
+ledger.json, written in O(total) bytes on every filesystem (issue #14).
+
+* Local disks: progress.jsonl is appended (fsync'd) as units are recorded, and ledger.json rewritten at most once
+  a second (what `tail -f` and an operator see live).
+* Object stores have no append, and rewriting a growing file per unit is quadratic: each recorded unit is one small
+  object `journal/unit-<index>.json` (its result row and its progress lines); ledger.json is written when the run
+  starts and when it ends. At the end the parts are merged into progress.jsonl (one streamed upload, the previous
+  run's lines first) and deleted. A resume reads ledger.json plus the parts left by a killed run (`read_ledger`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from typing import Any
+
+from robo_ray.storage import is_local, join, storage_error, url_of, write_text_atomic
+
+JOURNAL_DIR = "journal"
+PROGRESS_NAME = "progress.jsonl"
+LEDGER_NAME = "ledger.json"
+COPY_CHUNK = 4 << 20
+
+
+def part_name(unit_index: int) -> str:
+    return f"unit-{unit_index:07d}.json"
+
+
+class Journal:
+    """Writes progress lines and unit results for one run (see the module docstring)."""
+
+    def __init__(self, fs: Any, root: str, resumed: bool) -> None:
+        self.fs, self.root = fs, root
+        self.local = is_local(fs)
+        self.progress_path = join(root, PROGRESS_NAME)
+        self.parts_dir = join(root, JOURNAL_DIR)
+        if not resumed:
+            write_text_atomic(fs, self.progress_path, "")
+
+    @property
+    def appends(self) -> bool:
+        """Whether ledger.json may be rewritten during the run (cheap locally; never per unit on object stores)."""
+        return self.local
+
+    def record(self, unit_index: int, result: dict[str, Any], lines: list[str]) -> None:
+        """A recorded unit: its progress lines (and, on object stores, its result row as one part)."""
+        if self.local:
+            if lines:
+                with open(self.progress_path, "a", encoding="utf-8") as f:
+                    f.write("".join(f"{x}\n" for x in lines))
+                    f.flush()
+                    os.fsync(f.fileno())
+            return
+        part = {"result": result, "progress": lines}
+        write_text_atomic(self.fs, join(self.parts_dir, part_name(unit_index)), json.dumps(part))
+
+    def merge(self) -> None:
+        """At the end, after the complete ledger.json: the parts' lines appended to progress.jsonl in one streamed
+        upload, then the parts deleted."""
+        if self.local:
+            return
+        parts = journal_parts(self.fs, self.root)
+        if not parts:
+            return
+        url = url_of(self.fs, self.progress_path)
+        try:
+            old = self.fs.cat_file(self.progress_path) if self.fs.exists(self.progress_path) else b""
+            with self.fs.open(self.progress_path, "wb") as out:
+                for start in range(0, len(old), COPY_CHUNK):
+                    out.write(old[start:start + COPY_CHUNK])
+                for path in parts:
+                    lines = _read_part(self.fs, path).get("progress") or []
+                    out.write("".join(f"{x}\n" for x in lines).encode("utf-8"))
+            self.fs.rm(parts)
+        except Exception as exc:  # noqa: BLE001 - one line naming the URL
+            raise storage_error(exc, url, "writing", self.fs) from exc
+
+
+def journal_parts(fs: Any, root: str) -> list[str]:
+    """The parts a run left under `root` (one listing), in unit order."""
+    folder = join(root, JOURNAL_DIR)
+    try:
+        names = fs.ls(folder, detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted(p for p in names if posixpath.basename(p.rstrip("/")).startswith("unit-"))
+
+
+def _read_part(fs: Any, path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(fs.cat_file(path))
+    except (FileNotFoundError, ValueError):
+        return {}  # a part cut by a kill: its unit is simply not recorded (converted again on resume)
+    return data if isinstance(data, dict) else {}
+
+
+def read_ledger(fs: Any, root: str) -> dict[str, Any] | None:
+    """ledger.json with the units recorded in journal parts after it was written (a run killed on an object store),
+    or None when neither exists."""
+    try:
+        ledger = json.loads(fs.cat_file(join(root, LEDGER_NAME)))
+    except (FileNotFoundError, ValueError):
+        ledger = None
+    parts = journal_parts(fs, root)
+    if not parts:
+        return ledger
+    ledger = dict(ledger or {"shards": [], "complete": False})
+    shards = {int(s["shard_index"]): s for s in ledger.get("shards", [])}
+    for path in parts:
+        result = _read_part(fs, path).get("result")
+        if isinstance(result, dict) and "shard_index" in result:
+            shards[int(result["shard_index"])] = result
+    ledger["shards"] = [shards[k] for k in sorted(shards)]
+    return ledger
