@@ -406,6 +406,7 @@ class Publisher:
         self._ledger_path = join(self.root, LEDGER_NAME)
         self.journal = Journal(self.fs, self.root, resumed=bool(self.resumed))
         self.flush_ledger(force=True)
+        self.writer.prepare_verify(self.cfg.validate_.tfds_readback)  # overlaps the conversion
 
     # ---- what to run ------------------------------------------------------------------------------------------
     def pending(self) -> list[Unit]:

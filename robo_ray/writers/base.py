@@ -239,6 +239,10 @@ class Writer(ABC):
     def finalize(self, results: list[UnitResult], inv: "Inventory") -> dict[str, Any]:
         """Write the dataset's metadata from the unit results (last: the commit). Returns a small summary."""
 
+    def prepare_verify(self, loader_readback: bool) -> None:
+        """Called when the run starts, in the process that will verify: begin what `verify` will need that takes
+        long to start (e.g. importing a loader), so it overlaps the conversion. Nothing by default."""
+
     @abstractmethod
     def verify(self, ctx: VerifyContext, res: "ValidationResult") -> bool:
         """The format-specific half of Validate: re-read the written files, add checks to `res` and fill

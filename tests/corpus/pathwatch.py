@@ -206,6 +206,9 @@ def _tempdir_probes(records: list[dict[str, str]]) -> set[str]:
             if os.path.dirname(p) == tmp and re.fullmatch(r"[a-z0-9_]{8}", os.path.basename(p))}
 
 
+ANONYMOUS = ("pipe:[", "socket:[", "anon_inode:")  # what /proc/self/fd names objects outside any filesystem
+
+
 def violations(records: Iterable[dict[str, str]], source: Path, dest: Path) -> list[str]:
     """Every recorded access that breaks the rule: a read outside the source, the destination and READ_ROOTS
     (LIST_EXACT for directory listings), or a write (create, rename, remove, mkdir, chmod...) outside the
@@ -217,6 +220,8 @@ def violations(records: Iterable[dict[str, str]], source: Path, dest: Path) -> l
     probes = _tempdir_probes(records)
     out = []
     for r in records:
+        if r["path"].startswith(ANONYMOUS):  # a pipe to a child process (an fd resolved through /proc): no file
+            continue
         path = os.path.realpath(r["path"])
         if r["access"] == "write":
             if not _under(path, write_ok) and r["path"] not in probes:

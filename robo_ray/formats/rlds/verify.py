@@ -11,6 +11,7 @@ import numpy as np
 
 from robo_ray.errors import EpisodeError
 from robo_ray.formats.rlds.example import decode_example, decode_example_stream
+from robo_ray.formats.rlds.readback import ReadbackUnavailable, readback_process
 from robo_ray.formats.rlds.schema import shard_filename
 from robo_ray.formats.rlds.tfrecord import iter_records
 from robo_ray.images import decode_image
@@ -193,42 +194,31 @@ class RldsVerifier:
         return bad
 
     # ---- tfds ------------------------------------------------------------------------------------------------
+    def _count_with_tfds(self) -> tuple[int, int]:
+        """(episodes, steps) through tfds.builder_from_directory, in the read-back child process (readback.py)."""
+        child = readback_process()
+        if is_local(self.fs):
+            return child.count(os.path.abspath(self.dataset_dir), list(self._splits))
+        import tempfile  # tfds cannot open s3:// or an emulator's gs://: read a local copy (disk = the dataset's size)
+
+        with tempfile.TemporaryDirectory(prefix="robo-ray-readback-") as tmp:
+            self.fs.get(self.dataset_dir.rstrip("/") + "/", tmp + "/", recursive=True)
+            return child.count(tmp, list(self._splits))
+
     def _tfds_readback(self, res: ValidationResult) -> None:
         if res.episodes_written == 0:  # every episode quarantined: a valid, empty dataset
             res.add("tfds read-back", True, "skipped: the dataset holds no episode (tfds refuses to build an empty "
                     "split: 'Instruction [] corresponds to no data')")
             return
         try:
-            import tensorflow_datasets as tfds
-        except ImportError:  # the default install converts and validates; the loader read-back needs the extra
+            n_eps, n_steps = self._count_with_tfds()
+        except ReadbackUnavailable:  # the default install converts and validates; the loader read-back needs the extra
             res.add("tfds read-back", True, "skipped: tensorflow-datasets is not installed (pip install "
                     "'robo-ray[tf]' to read the output back through tfds); every other check ran")
             return
-
-        def count(directory: str) -> tuple[int, int]:
-            builder = tfds.builder_from_directory(directory)
-            eps = steps = 0
-            for split in self._splits:
-                if not builder.info.splits[split].num_examples:
-                    continue  # tfds cannot build an empty split
-                ds = builder.as_dataset(split=split, decoders={"steps": tfds.decode.SkipDecoding()})
-                for ep in ds:
-                    eps += 1
-                    steps += int(ep["steps"]["is_first"].shape[0])
-            return eps, steps
-
-        try:
-            if is_local(self.fs):
-                n_eps, n_steps = count(self.dataset_dir)
-            else:  # tfds cannot open s3:// or an emulator's gs://: read a local copy (disk = the dataset's size)
-                import tempfile
-
-                with tempfile.TemporaryDirectory(prefix="robo-ray-readback-") as tmp:
-                    self.fs.get(self.dataset_dir.rstrip("/") + "/", tmp + "/", recursive=True)
-                    n_eps, n_steps = count(tmp)
         except Exception as exc:  # any tfds/TF failure is a validation failure, reported in one line
             res.add("tfds read-back", False, f"tfds could not read the dataset: {type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0][:300]}")
+                    f"{str(exc).splitlines()[0][:300] if str(exc) else ''}")
             return
         ok = n_eps == res.episodes_written and n_steps == res.steps_written
         res.add("tfds read-back", ok, f"tfds.builder_from_directory read {n_eps} episodes / {n_steps} steps "

@@ -234,6 +234,13 @@ class RldsWriter(Writer):
                           json.dumps(info, indent=2, sort_keys=True))
         return info
 
+    def prepare_verify(self, loader_readback: bool) -> None:
+        """Start the tfds read-back's child process now: TensorFlow's import overlaps the conversion."""
+        if loader_readback:
+            from robo_ray.formats.rlds.readback import prewarm
+
+            prewarm()
+
     def verify(self, ctx: VerifyContext, res: Any) -> bool:
         from robo_ray.formats.rlds.verify import RldsVerifier
 
