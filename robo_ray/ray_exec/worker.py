@@ -31,6 +31,18 @@ class WorkerContext:
     faults: FaultPlan = field(default_factory=FaultPlan)
 
 
+def _warm_imports() -> None:
+    """Import now what the first unit would import lazily (pyarrow's dataset layer pulls in pandas: ~1 s): the
+    actor starts while Discover runs on the driver, so this is off the critical path."""
+    import importlib
+
+    for name in ("pyarrow.parquet", "pyarrow.dataset", "av", "simplejpeg"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional codec library: the unit that needs it will say so
+            pass
+
+
 class UnitActor:
     """One per actor of the pool, started before the job is known (its imports overlap Discover and Spec). Holds a
     `UnitConverter` (reader, open PyAV containers, JPEG encoders, writer) for the job and converts one unit per
@@ -47,6 +59,7 @@ class UnitActor:
     quarantined EP902."""
 
     def __init__(self) -> None:
+        _warm_imports()
         self.who = f"{socket.gethostname()}:{os.getpid()}"
         self.actor = ray.get_runtime_context().current_actor
         self.key: str | None = None
