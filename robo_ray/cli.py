@@ -49,6 +49,9 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
                    help="in-process (no Ray), safe (1 Ray actor), parallel-half, parallel-max")
     p.add_argument("--actors", type=int, help="explicit number of Ray actors")
     p.add_argument("--address", help="Ray address: auto | ray://host:port | local (default: in-process ray.init)")
+    p.add_argument("--shared-destination", action="store_true",
+                   help="DST is a local path every node of the Ray cluster sees (NFS, a shared volume): allowed on "
+                        "a multi-node cluster (config target.shared)")
     p.add_argument("--archive", action="store_true", help="also write <name>.tar.gz of the dataset")
     p.add_argument("--dry-run", action="store_true", help="print what a conversion would do, write nothing")
     p.add_argument("--to", choices=writer_names(), default=None,
@@ -115,6 +118,8 @@ def _config(args: argparse.Namespace) -> Any:
         fields["source.options.fps"] = args.fps
     if getattr(args, "instruction", None) is not None:
         fields["source.instruction"] = args.instruction
+    if getattr(args, "shared_destination", False):
+        fields["target.shared"] = True
     cfg = load_config(args.config, args.set)
     data = cfg.model_dump(by_alias=True)
     for dotted, value in fields.items():

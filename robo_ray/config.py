@@ -28,6 +28,7 @@ class TargetConfig(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)  # the writer's own settings (its Options model)
     version: str = "1.0.0"
     storage_options: dict[str, Any] = Field(default_factory=dict)
+    shared: bool = False  # a local destination every node of a multi-node cluster sees (NFS...): --shared-destination
 
 
 class PlanConfig(BaseModel):

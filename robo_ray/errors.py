@@ -45,6 +45,12 @@ class ConfigError(UsageError):
     code = "RR204"
 
 
+class LocalDestinationOnCluster(UsageError):
+    """A local destination on a multi-node cluster: each node would write its shards to its own disk."""
+
+    code = "RR205"
+
+
 class SourceFormatError(RoboRayError):
     """The dataset's metadata is unreadable or inconsistent beyond repair (exit 2)."""
 

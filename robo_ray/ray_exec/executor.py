@@ -5,8 +5,8 @@ How a job runs (driver = the process that called `run_pipeline`, e.g. `robo-ray 
 1. `start()` (called by `run_pipeline` before Discover) brings Ray and the pool's actors up in a background thread,
    so `ray.init` (~6 s here: GCS, raylet, API server) and the actors' imports overlap Discover and Spec.
 2. The driver discovers the source (it reads the episode index through fsspec) and plans the units (one unit = one
-   output shard = an ordered run of episodes sharing source files). The pool is a plain list of `UnitActor`s; the
-   driver keeps one unit in flight per actor (`ray.wait`), longest units first. A call carries the job by
+   output shard = an ordered run of episodes sharing source files). The pool is a plain list of `UnitActor`s
+   spread over the cluster's nodes (`scheduling_strategy="SPREAD"`); the driver keeps one unit in flight per actor (`ray.wait`), longest units first. A call carries the job by
    reference (`WorkerContext`, put once) and the pickled `Unit` (episode refs only, no data). Each actor builds one
    `UnitConverter` per job and keeps it (PyAV containers, filesystems, JPEG encoders) across units; it reads,
    decodes, encodes and writes its shard itself and returns a ~1 KB dict: frames never enter the object store.
@@ -29,7 +29,8 @@ before the job's plan exists, and its retry semantics (`max_task_retries=-1`) ha
 Modes: safe = 1 actor; parallel-half = half the cluster's CPUs; parallel-max = all CPUs but one (at least 1);
 `actors=N` overrides. More actors than units are never started. Address: None = in-process `ray.init()` (or the
 cluster in `RAY_ADDRESS`, which `ray job submit` sets); "local" = always a new in-process instance; "auto" = the
-`ray start` cluster of this machine; "ray://host:port" = Ray Client.
+`ray start` cluster of this machine; "ray://host:port" = Ray Client. `node_count()` tells `run_pipeline` how many
+nodes the pool runs on: a local destination on more than one node is refused unless declared shared (RR205).
 
 Watchdog (issue #9, robo_ray/watchdog.py): each worker names its actor handle in `begin` and sends the coordinator
 heartbeats (episode started, file opened, frames decoded). While the pool runs, a driver thread asks the coordinator
@@ -204,7 +205,7 @@ class RayExecutor:
             self._join_starter()
         if not ray.is_initialized():
             addr = self.address
-            if addr in (None, "", "local") and not (addr is None and os.environ.get("RAY_ADDRESS")):
+            if self._own_instance():
                 kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
                                           "object_store_memory": self.object_store_mb << 20}
                 if self.num_cpus:
@@ -219,6 +220,19 @@ class RayExecutor:
             self._started_ray = True
         self._cluster_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         return self._cluster_cpus
+
+    def _own_instance(self) -> bool:
+        """Whether `connect` starts a new in-process Ray instance (one node) rather than joining a cluster."""
+        addr = self.address
+        return addr in (None, "", "local") and not (addr is None and os.environ.get("RAY_ADDRESS"))
+
+    def node_count(self) -> int:
+        """Alive nodes of the cluster the pool runs on: 1 for the in-process instance this executor would start
+        (known without starting it), else asked of the cluster (connecting first)."""
+        if not ray.is_initialized() and self._own_instance():
+            return 1
+        self.connect()
+        return sum(1 for node in ray.nodes() if node.get("Alive"))
 
     def shutdown(self) -> None:
         """Stop Ray if this executor started it."""
@@ -266,9 +280,11 @@ class RayExecutor:
 
     def _new_actors(self, n: int, cpus: float) -> list[Any]:
         """n pool actors: unlimited restarts (a killed actor comes back), no task retries (the executor resubmits,
-        bounded by the attempt count), one CPU each unless more actors than CPUs were asked for."""
+        bounded by the attempt count), one CPU each unless more actors than CPUs were asked for, spread over the
+        cluster's nodes (SPREAD: with 2 nodes, 2 actors run on different nodes, not both on the driver's)."""
         cpus_per_actor = 1.0 if n <= cpus else max(0.01, round(cpus / n, 2))
-        cls = ray.remote(UnitActor).options(num_cpus=cpus_per_actor, max_restarts=-1, max_task_retries=0)
+        cls = ray.remote(UnitActor).options(num_cpus=cpus_per_actor, max_restarts=-1, max_task_retries=0,
+                                            scheduling_strategy="SPREAD")
         return [cls.remote() for _ in range(n)]
 
     def _actors(self, n: int) -> list[Any]:

@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterator, Protocol, TextIO
 
 from robo_ray.config import JobConfig
 from robo_ray.episode import EpisodeRef, QuarantineRecord
-from robo_ray.errors import ConfigError, DestinationNotEmpty, OutputConflict, ValidationFailed
+from robo_ray.errors import (ConfigError, DestinationNotEmpty, LocalDestinationOnCluster, OutputConflict,
+                             ValidationFailed)
 from robo_ray.mapping import Mapping
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
@@ -38,7 +39,7 @@ from robo_ray.stages.report_html import try_write_report_html
 from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
 from robo_ray.stages.validate import Validator, write_validation_outputs
-from robo_ray.storage import create_exclusive, join, url_to_fs, write_text_atomic
+from robo_ray.storage import create_exclusive, is_local, join, url_to_fs, write_text_atomic
 from robo_ray.stages.progress import ProgressFn, ProgressTracker
 from robo_ray.watchdog import (ACTIVITY, WORKER_BEAT_S, InFlight, Limits, ThreadWorker, WatchdogHooks,
                                with_quarantined, without)
@@ -75,7 +76,7 @@ UNIT_FAILED = "EP901"  # the unit raised on every attempt, or the executor lost 
 UNIT_TIMED_OUT = "EP902"  # a read made no progress / the unit ran over its time (robo_ray/watchdog.py)
 UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT)
 # config keys that change how a run is supervised, not what it writes: a --resume may change them
-EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"))
+EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"), ("target", "shared"))
 
 
 def _now() -> str:
@@ -87,7 +88,9 @@ class Executor(Protocol):
 
     An executor may also offer `run_job(units, job, spec, progress=..., stderr=...) -> RunOutcome`, taking over
     conversion *and* publishing (the Ray executor runs the Publisher as an actor); `run_pipeline` uses it when
-    present and falls back to `run` + an in-process Publisher otherwise.
+    present and falls back to `run` + an in-process Publisher otherwise. An executor whose workers may run on
+    several machines offers `node_count() -> int`: a local destination is then refused on more than one node unless
+    declared shared (`check_shared_destination`).
     """
 
     name: str
@@ -580,6 +583,7 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
     executor = executor or InProcessExecutor()
     reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options, cfg.source.options)
     out_fs, out_root = url_to_fs(cfg.target.url, cfg.target.storage_options)
+    check_shared_destination(cfg, out_fs, executor)  # before anything is written
     cfg_dump = cfg.safe_dump()  # credentials masked: job.json, and the "same job?" check of --resume
     check_not_locked(out_fs, out_root, cfg.target.url, take_over=resume or overwrite)
     previous_ledger: dict[str, Any] | None = None
@@ -596,6 +600,20 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
                            verify_resume, overwrite, previous_ledger, t0)
     finally:
         lock.release()
+
+
+def check_shared_destination(cfg: JobConfig, out_fs, executor: Executor) -> None:
+    """Refuse a local destination (a path, file://) when the executor's workers run on more than one node: each
+    node would write its shards to its own disk. `target.shared` (--shared-destination) declares it shared."""
+    node_count = getattr(executor, "node_count", None)
+    if cfg.target.shared or node_count is None or not is_local(out_fs):
+        return
+    nodes = node_count()
+    if nodes > 1:
+        raise LocalDestinationOnCluster(
+            f"the destination {cfg.target.url} is a local path and the Ray cluster has {nodes} nodes: each node "
+            "would write its shards to its own disk; use an object store (s3://, gs://), or, if every node sees "
+            "this path (NFS, a shared volume), pass --shared-destination (config: target.shared: true)")
 
 
 def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs, out_root: str, executor: Executor,
