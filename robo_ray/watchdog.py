@@ -5,8 +5,10 @@ that stops sending). No Ray here; robo_ray/stages/pipeline.py (in-process) and r
   time without progress: a frame decoded, a file opened, an episode started or finished).
 * `ACTIVITY`: what this thread's conversion is doing now (unit, episode, the file being read). robo_ray/video.py
   reports each open, seek and decoded frame, `WatchdogHooks` each episode start and end. A sink set with
-  `ACTIVITY.report(sink)` gets a snapshot at once for a new file or episode, and at most every `interval` s of
-  progress (a frame costs a thread-local lookup and a clock read).
+  `ACTIVITY.report(sink, interval)` gets the latest snapshot at most every `interval` s (`_Reporter`): at once
+  when the last one is that old, else from the reporter's own thread within `interval`, so a thread stuck in a
+  read right after an event is still reported where it is, and a unit of many short episodes costs one message
+  per interval instead of two per episode (a frame costs a thread-local lookup, a counter and a clock read).
 * `judge`: limits + how long the attempt has run / been silent + the last snapshot -> `Verdict` (None: fine).
   Silent with a known episode: that episode is quarantined (EP902, naming the file) and the unit redone without
   it; over the unit's wall time, or silent outside an episode: what is left of the unit is quarantined (EP902).
@@ -90,9 +92,7 @@ class Activity(threading.local):
         self.file: str | None = None
         self.what = "starting"
         self.files: tuple[str, ...] = ()  # the episode's source files, relative to the source root
-        self._sink: Callable[[dict[str, Any]], None] | None = None
-        self._interval = 1.0
-        self._sent = 0.0
+        self._reporter: _Reporter | None = None
         self._cancelled: threading.Event | None = None
         self.done = (0, 0, 0)  # this attempt at the unit so far: (episodes written, their frames, quarantined)
 
@@ -100,7 +100,10 @@ class Activity(threading.local):
         self._cancelled = cancelled
 
     def report(self, sink: Callable[[dict[str, Any]], None] | None, interval: float = 1.0) -> None:
-        self._sink, self._interval, self._sent = sink, interval, 0.0
+        """Send this thread's snapshots to `sink` (None: stop)."""
+        if self._reporter is not None:
+            self._reporter.close()
+        self._reporter = _Reporter(sink, interval) if sink is not None else None
 
     def begin_unit(self, unit_index: int) -> None:
         self.unit, self.episode, self.file, self.what, self.files = unit_index, None, None, "starting", ()
@@ -132,10 +135,8 @@ class Activity(threading.local):
         """Progress (e.g. a decoded frame): one clock read unless a report is due."""
         if self._cancelled is not None and self._cancelled.is_set():
             raise Abandoned("this conversion was abandoned by the watchdog")
-        if self._sink is not None:
-            now = time.monotonic()
-            if now - self._sent >= self._interval:
-                self._send(now)
+        if self._reporter is not None:
+            self._reporter.note()
 
     def snapshot(self) -> dict[str, Any]:
         eps, frames, q = self.done
@@ -151,15 +152,51 @@ class Activity(threading.local):
     def _event(self) -> None:
         if self._cancelled is not None and self._cancelled.is_set():
             raise Abandoned("this conversion was abandoned by the watchdog")
-        if self._sink is not None:
-            self._send(time.monotonic())
+        if self._reporter is not None:
+            self._reporter.note(self.snapshot())
 
-    def _send(self, now: float) -> None:
-        self._sent = now
-        try:
-            self._sink(self.snapshot())  # type: ignore[misc]
-        except Exception:  # noqa: BLE001 - reporting must never break a conversion
-            pass
+
+class _Reporter:
+    """Delivers one converting thread's latest snapshot to a sink, at most every `interval` s: from the converting
+    thread when the last delivery is that old, else from its own daemon thread once it is (the converting thread
+    may be blocked in C code by then: PyAV and file reads release the GIL). Progress without a new snapshot (a
+    decoded frame) delivers the last snapshot again, which is what tells the watchdog the thread is alive."""
+
+    def __init__(self, sink: Callable[[dict[str, Any]], None], interval: float) -> None:
+        self.sink, self.interval = sink, interval
+        self.latest: dict[str, Any] | None = None
+        self.seq = self.sent_seq = 0
+        self.sent_at = 0.0
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="robo-ray-heartbeat", daemon=True)
+        self.thread.start()
+
+    def note(self, snap: dict[str, Any] | None = None) -> None:
+        """Progress (and the new snapshot, after an event); delivered now if the last delivery is old enough."""
+        if snap is not None:
+            self.latest = snap
+        self.seq += 1
+        if time.monotonic() - self.sent_at >= self.interval:
+            self.deliver()
+
+    def deliver(self) -> None:
+        with self.lock:
+            if self.latest is None or self.seq == self.sent_seq:
+                return
+            self.sent_seq, self.sent_at, snap = self.seq, time.monotonic(), self.latest
+            try:
+                self.sink(snap)
+            except Exception:  # noqa: BLE001 - reporting must never break a conversion
+                pass
+
+    def _loop(self) -> None:
+        while not self.stopped.wait(self.interval / 2):
+            if time.monotonic() - self.sent_at >= self.interval:
+                self.deliver()
+
+    def close(self) -> None:
+        self.stopped.set()
 
 
 ACTIVITY = Activity()

@@ -73,6 +73,7 @@ from robo_ray.writers import UnitResult
 MODES = ("safe", "parallel-half", "parallel-max")
 DEFAULT_MAX_ATTEMPTS = 3
 PROGRESS_POLL_S = 0.5  # the progress display asks the Publisher for the actors' latest snapshots this often
+PROBES_MAX = 20  # readiness probes of a failed actor before the pool gives up on it
 log = logging.getLogger("robo_ray.ray_exec")
 
 
@@ -314,35 +315,57 @@ class RayExecutor:
         # longest units first (LPT): the pool's last unit is a short one, so no actor idles through a long tail
         queue = deque(sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index)))
         calls: dict[int, int] = {}
-        running: dict[Any, tuple[Any, Unit]] = {}
+        running: dict[Any, tuple[Any, Unit | None]] = {}  # call -> (actor, its unit; None: a readiness probe)
+        probes: dict[Any, int] = {}  # actor -> readiness probes sent since its call failed
         idle = list(actors)
         watchdog = _Watchdog(coordinator, job.limits)
         watchdog.start()
         try:
-            while queue or running:
+            while queue or any(u is not None for _, u in running.values()):
                 while queue and idle:  # one unit in flight per actor: backpressure, no unit queued behind a slow one
                     unit, actor = queue.popleft(), idle.pop()
                     calls[unit.index] = calls.get(unit.index, 0) + 1
                     running[actor.run_unit.remote(ctx, pickle.dumps(unit))] = (actor, unit)
+                if not running:  # every actor left the pool: the rest is given up (the caller quarantines it)
+                    log.warning("no actor left in the pool; %d unit(s) not converted", len(queue))
+                    break
                 done, _ = ray.wait(list(running), num_returns=1)
                 actor, unit = running.pop(done[0])
-                idle.append(actor)
                 try:
                     row = ray.get(done[0])
                 except ray.exceptions.RayError as exc:
-                    if calls[unit.index] < self.max_attempts + 2:
-                        log.info("unit %s: call %d failed (%s); resubmitting", unit.index, calls[unit.index],
-                                 type(exc).__name__)
-                        queue.appendleft(unit)
-                    else:
-                        log.warning("unit %s: giving up after %d calls: %s", unit.index, calls[unit.index],
-                                    str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+                    self._probe(actor, running, probes)  # back to work once Ray has restarted it
+                    if unit is not None:
+                        self._resubmit_or_give_up(unit, calls[unit.index], exc, queue)
                     continue
-                yield UnitResult.from_dict(row)
+                probes.pop(actor, None)
+                idle.append(actor)
+                if unit is not None:
+                    yield UnitResult.from_dict(row)
         finally:
             watchdog.stop()
             for actor in actors:
                 ray.kill(actor)
+
+    def _resubmit_or_give_up(self, unit: Unit, calls: int, exc: Exception, queue: deque) -> None:
+        if calls < self.max_attempts + 2:
+            log.info("unit %s: call %d failed (%s); resubmitting", unit.index, calls, type(exc).__name__)
+            queue.appendleft(unit)
+        else:
+            log.warning("unit %s: giving up after %d calls: %s", unit.index, calls,
+                        str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+
+    @staticmethod
+    def _probe(actor: Any, running: dict[Any, tuple[Any, Unit | None]], probes: dict[Any, int]) -> None:
+        """An actor whose call failed (it died, was killed by the watchdog, or raised) gets no unit until a
+        `ready` call answers: a unit sent to an actor Ray is still restarting would fail without an attempt.
+        An actor that stays unreachable for PROBES_MAX probes leaves the pool."""
+        n = probes.get(actor, 0) + 1
+        probes[actor] = n
+        if n <= PROBES_MAX:
+            running[actor.ready.remote()] = (actor, None)
+        else:
+            log.warning("an actor of the pool did not come back after %d restarts; continuing without it", n - 1)
 
     def run(self, units: list[Unit], job: JobSpec) -> Iterator[UnitResult]:
         """The plain Executor protocol: results only (no Publisher actor)."""
