@@ -322,6 +322,10 @@ class LeRobotReader(BaseReader):
             return table
         if "episode_index" not in table.column_names:
             raise DataCorrupt(f"{ref.data_path}: no episode_index column")
+        whole, ranges = self._episode_ranges(ref.data_path, table)
+        if ranges is not None:  # the file's rows are grouped by episode (as lerobot writes them): O(1) per episode
+            first, count = ranges.get(ref.episode_index, (0, 0))
+            return table if count == table.num_rows and self.version != "v3.0" else whole.slice(first, count)
         col = table["episode_index"].to_numpy()
         rows = np.flatnonzero(col == ref.episode_index)
         if self.version != "v3.0" and len(rows) == table.num_rows:
@@ -329,6 +333,26 @@ class LeRobotReader(BaseReader):
         if len(rows) and (rows[-1] - rows[0] + 1) == len(rows):
             return table.slice(int(rows[0]), len(rows))
         return table.take(pa.array(rows))
+
+    _ranges: tuple[str, int, pa.Table, dict[int, tuple[int, int]] | None] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_ranges", None)  # a cache of the cached table: not shipped to workers
+        return state
+
+    def _episode_ranges(self, rel: str, table: pa.Table) -> tuple[pa.Table, dict[int, tuple[int, int]] | None]:
+        """The cached file's table in one chunk per column (slicing a table of many row groups walks every chunk:
+        O(file) per episode) and {episode_index: (first row, rows)} when its episode_index column is sorted (each
+        episode one run of rows), computed once per file; None otherwise (then each episode is searched)."""
+        if self._ranges is None or self._ranges[:2] != (rel, id(table)):
+            col = table["episode_index"].to_numpy()
+            ranges: dict[int, tuple[int, int]] | None = None
+            if len(col) and bool(np.all(col[1:] >= col[:-1])):
+                eps, first, counts = np.unique(col, return_index=True, return_counts=True)
+                ranges = {int(e): (int(f), int(c)) for e, f, c in zip(eps, first, counts)}
+            self._ranges = (rel, id(table), table.combine_chunks() if ranges is not None else table, ranges)
+        return self._ranges[2], self._ranges[3]
 
     def load_episode(self, ref: EpisodeRef) -> Episode:
         table = self._episode_table(ref)
