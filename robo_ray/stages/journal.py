@@ -20,7 +20,6 @@ from robo_ray.storage import is_local, join, storage_error, url_of, write_text_a
 JOURNAL_DIR = "journal"
 PROGRESS_NAME = "progress.jsonl"
 LEDGER_NAME = "ledger.json"
-COPY_CHUNK = 4 << 20
 
 
 def part_name(unit_index: int) -> str:
@@ -67,8 +66,7 @@ class Journal:
         try:
             old = self.fs.cat_file(self.progress_path) if self.fs.exists(self.progress_path) else b""
             with self.fs.open(self.progress_path, "wb") as out:
-                for start in range(0, len(old), COPY_CHUNK):
-                    out.write(old[start:start + COPY_CHUNK])
+                out.write(old)
                 for path in parts:
                     lines = _read_part(self.fs, path).get("progress") or []
                     out.write("".join(f"{x}\n" for x in lines).encode("utf-8"))
