@@ -136,8 +136,13 @@ def _executor(args: argparse.Namespace):
         return None
     from robo_ray.ray_exec.executor import RayExecutor  # only here: the core never imports Ray
 
-    return RayExecutor(mode=args.mode if args.mode != "in-process" else "safe", actors=args.actors,
-                       address=args.address)
+    executor = RayExecutor(mode=args.mode if args.mode != "in-process" else "safe", actors=args.actors,
+                           address=args.address)
+    _RAY_EXECUTORS.append(executor)
+    return executor
+
+
+_RAY_EXECUTORS: list[Any] = []  # the Ray executors this process made (entry() asks whether one started Ray)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -170,7 +175,8 @@ def cmd_dry_run(cfg: Any) -> int:
     reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options, cfg.source.options)
     inv = reader.discover()
     writer = make_writer(cfg, resolve_mapping(cfg, inv))
-    units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
+    units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards,
+                        cfg.plan.max_unit_episodes)
     est = sum(estimate_episode_bytes(r, inv.features) for r in inv.refs)
     print(summarize(inv))
     print(f"would write {len(units)} units ({writer.title}), about {est / 1e6:.1f} MB, to "
@@ -369,5 +375,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def entry() -> None:
+    """The `robo-ray` console script: `main`, then exit. A process that started its own Ray instance ends without
+    Ray's atexit shutdown (2-3 s stopping the head processes and workers one by one, after everything is written
+    and committed): its output is flushed and it exits at once; Ray's processes, all under this
+    process, are killed with their agents and workers (`RayExecutor.stop_now`), and waited for."""
+    code = main()
+    own = [ex for ex in _RAY_EXECUTORS if ex.owns_instance()]
+    if own:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        own[0].stop_now()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -35,6 +35,7 @@ class PlanConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     target_shard_mb: float = Field(256.0, gt=0)
     min_shards: int = Field(4, ge=1)
+    max_unit_episodes: int = Field(1000, ge=1)  # a unit (= shard / data file) holds at most this many episodes
 
 
 class SplitsConfig(BaseModel):
@@ -78,6 +79,7 @@ class ValidateConfig(BaseModel):
     sample_episodes: int = Field(50, ge=0)
     min_psnr_db: float = 30.0
     tfds_readback: bool = True
+    readback_shards: int = Field(2, ge=0)  # files the loader's read-back reads (a sample, spread; 0 = every file)
 
 
 class JobConfig(BaseModel):

@@ -235,6 +235,25 @@ class RayExecutor:
         self.connect()
         return sum(1 for node in ray.nodes() if node.get("Alive"))
 
+    def owns_instance(self) -> bool:
+        """Whether this executor started the Ray instance it runs on (rather than joining a cluster)."""
+        return bool(self._started_ray) and ray.is_initialized()
+
+    def stop_now(self) -> None:
+        """At the end of a process that started its own instance: kill every process under this one (Ray's head
+        processes, their agents and workers, a read-back child) at once and wait for them, instead of
+        `ray.shutdown()`'s graceful stop one by one (2-3 s at the end of every run). Only for a process about to
+        exit: Ray is unusable afterwards."""
+        import psutil
+
+        procs = psutil.Process().children(recursive=True)
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=5)
+
     def shutdown(self) -> None:
         """Stop Ray if this executor started it."""
         try:

@@ -113,6 +113,7 @@ class UnitActor:
                 ACTIVITY.report(None)
         row = with_quarantined(res, skipped.values()).to_dict()
         ray.get(self.coordinator.record.remote(row))  # durable in the ledger before the task returns
+        row["check"] = None  # the unit's re-read went to the Publisher; the driver needs the counts only
         return row
 
     def _close(self) -> None:

@@ -12,7 +12,7 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Protocol
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Protocol, Sequence
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
 from robo_ray.errors import DataCorrupt, DataMissing, RoboRayError, SourceFormatError, SourceNotFound, UnsafeInput
@@ -101,6 +101,15 @@ class Inventory:
     language_source: str = "task"
 
 
+def spread(n: int, k: int) -> list[int]:
+    """Up to k positions spread over range(n): first, middle(s), last."""
+    if n <= k:
+        return list(range(n))
+    if k == 1:
+        return [0]
+    return sorted({round(j * (n - 1) / (k - 1)) for j in range(k)})
+
+
 class Reader(Protocol):
     """What the stages use of a reader (`BaseReader` implements it)."""
 
@@ -108,6 +117,10 @@ class Reader(Protocol):
     features: dict[str, FeatureSpec]
 
     def discover(self) -> Inventory: ...
+
+    def discover_spread(self, k: int) -> tuple[Inventory, list[int]]: ...
+
+    def prepare(self, refs: Sequence[EpisodeRef]) -> None: ...
 
     def load_episode(self, ref: EpisodeRef) -> Episode: ...
 
@@ -251,11 +264,11 @@ class DatasetFiles:
             yield lineno, obj
 
     def _read_parquet(self, rel: str, columns: list[str] | None = None,
-                      error: type[RoboRayError] = DataCorrupt) -> Any:
-        """A parquet file as a pyarrow Table; on object stores through ranged reads (footer, then the column chunks).
-        An unreadable file raises `error` (DataCorrupt EP202 for episode data; SourceFormatError for metadata a
-        dataset cannot be opened without), a missing one DataMissing (EP201), or SourceFormatError when `error` is
-        one."""
+                      error: type[RoboRayError] = DataCorrupt, row_groups: list[int] | None = None) -> Any:
+        """A parquet file (or some of its row groups) as a pyarrow Table; on object stores through ranged reads
+        (footer, then the column chunks). An unreadable file raises `error` (DataCorrupt EP202 for episode data;
+        SourceFormatError for metadata a dataset cannot be opened without), a missing one DataMissing (EP201), or
+        SourceFormatError when `error` is one."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -265,6 +278,8 @@ class DatasetFiles:
             raise missing(f"{rel}: parquet file is missing")
         try:
             with open_input(self.fs, p) as f:
+                if row_groups is not None:
+                    return pq.ParquetFile(f).read_row_groups(row_groups, columns=columns)
                 return pq.read_table(f, columns=columns)
         except FileNotFoundError as exc:
             raise missing(f"{rel}: parquet file is missing") from exc
@@ -275,6 +290,26 @@ class DatasetFiles:
             if isinstance(exc, (pa.ArrowException, OSError)):
                 raise error(f"{rel}: unreadable parquet ({exc})") from exc
             raise
+
+    def row_group_ranges(self, rel: str, column: str) -> list[tuple[int, int]] | None:
+        """(min, max) of `column` in each row group of parquet file `rel`, from the footer's statistics (no data
+        read); None when a row group has no statistics or the footer cannot be read (the caller reads the file)."""
+        import pyarrow.parquet as pq
+
+        try:
+            with open_input(self.fs, self.path(rel)) as f:
+                meta = pq.ParquetFile(f).metadata
+            names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+            col = names.index(column)
+            out: list[tuple[int, int]] = []
+            for g in range(meta.num_row_groups):
+                st = meta.row_group(g).column(col).statistics
+                if st is None or not st.has_min_max:
+                    return None
+                out.append((int(st.min), int(st.max)))
+            return out
+        except Exception:  # noqa: BLE001 - no usable index: the whole file is read (and its errors reported then)
+            return None
 
     _last_table: tuple[str, Any] | None = None
 
@@ -329,8 +364,21 @@ class BaseReader(DatasetFiles):
     def discover(self) -> Inventory:
         raise NotImplementedError
 
+    def discover_spread(self, k: int) -> tuple[Inventory, list[int]]:
+        """An inventory whose refs are only `k` episodes spread evenly over the dataset (`spread`), and their
+        positions among all the episodes (`episodes_count` stays the dataset's). For a few sampled episodes (the
+        report): a reader whose `discover` reads every file overrides it to read only what those need."""
+        inv = self.discover()
+        positions = spread(len(inv.refs), k)
+        inv.refs = [inv.refs[j] for j in positions]
+        return inv, positions
+
     def load_episode(self, ref: EpisodeRef) -> Episode:
         raise NotImplementedError
+
+    def prepare(self, refs: Sequence[EpisodeRef]) -> None:
+        """These episodes are about to be loaded, in this order (a unit): a reader may read what they share in
+        one go (e.g. the row groups of a file holding them). Nothing by default."""
 
     def close(self) -> None:
         """Release open files and caches (the reader stays usable: files are reopened on use)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from robo_ray.storage import is_local
 from robo_ray.video import VideoPool
 from robo_ray.watchdog import ACTIVITY
 from robo_ray.writers import UnitResult, UnitSink, Writer
+
+if TYPE_CHECKING:
+    from robo_ray.stages.validate import UnitVerifySpec
 
 log = logging.getLogger("robo_ray.convert")
 
@@ -84,7 +87,7 @@ class UnitConverter:
 
     def __init__(self, source_url: str, source_format: str | None, mapping: Mapping, writer: Writer,
                  options: ConvertOptions | None = None, reader: Reader | None = None,
-                 hooks: ConvertHooks | None = None) -> None:
+                 hooks: ConvertHooks | None = None, verify: "UnitVerifySpec | None" = None) -> None:
         self.options = options or ConvertOptions()
         self._owns_reader = reader is None
         self.reader = reader or open_reader(source_url, source_format, self.options.source_storage_options,
@@ -94,11 +97,13 @@ class UnitConverter:
         self.hooks = hooks or ConvertHooks()
         self._unlabeled = 0  # this unit's written episodes without any instruction
         self.videos = VideoPool(threads=self.options.decoder_threads)
+        self.verify = verify  # re-read each committed unit here, on the worker (Writer.verify_unit)
 
     def convert(self, unit: Unit, on_quarantine: Callable[[QuarantineRecord], None] | None = None) -> UnitResult:
         """Write the unit; bad episodes are quarantined (recorded in the result), never fatal."""
         sink = self.writer.open_unit(unit)
         self._unlabeled = 0
+        self.reader.prepare(unit.refs)  # e.g. the row groups of the unit's episodes, read in one go
         try:
             for ref in unit.refs:
                 rec = self._episode_into(sink, ref)
@@ -109,10 +114,13 @@ class UnitConverter:
                         on_quarantine(rec)
             res = sink.commit()
             res.unlabeled = self._unlabeled
-            return res
         except BaseException:
             sink.abort()
             raise
+        if self.verify is not None:
+            check = self.verify.check(self.writer, self.reader, unit, res)
+            res.check = check.to_dict() if check is not None else None
+        return res
 
     def _episode_into(self, sink: UnitSink, ref: EpisodeRef) -> QuarantineRecord | None:
         """Convert one episode into the unit; a bad episode comes back as its quarantine record."""

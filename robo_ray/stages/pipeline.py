@@ -35,10 +35,11 @@ from robo_ray.stages.discover import summarize, write_discover_outputs
 from robo_ray.stages.journal import JOURNAL_DIR, LEDGER_NAME, Journal, read_ledger
 from robo_ray.stages.plan import Unit, assign_val_split
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
-from robo_ray.stages.report_html import try_write_report_html
+from robo_ray.stages.report_html import start_samples, try_write_report_html
 from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
-from robo_ray.stages.validate import Validator, write_validation_outputs
+from robo_ray.stages.validate import (UnitCheck, UnitCheckRunner, UnitChecks, UnitVerifySpec, Validator,
+                                     sample_ids, write_validation_outputs)
 from robo_ray.storage import create_exclusive, is_local, join, url_to_fs, write_text_atomic
 from robo_ray.stages.progress import ProgressFn, ProgressTracker
 from robo_ray.watchdog import (ACTIVITY, WORKER_BEAT_S, InFlight, Limits, ThreadWorker, WatchdogHooks,
@@ -113,6 +114,7 @@ class JobSpec:
     limits: Limits = field(default_factory=Limits)  # the watchdog's timeouts (none: no watchdog)
     target_format: str = DEFAULT_TARGET
     target_options: dict[str, Any] = field(default_factory=dict)
+    verify: UnitVerifySpec | None = None  # re-read each unit right after its commit (Writer.verify_unit)
 
     def make_writer(self) -> Writer:
         mapping = Mapping.model_validate_json(self.mapping_json)
@@ -122,7 +124,7 @@ class JobSpec:
     def make_converter(self, hooks: ConvertHooks | None = None) -> UnitConverter:
         writer = self.make_writer()
         return UnitConverter(self.source_url, self.source_format, writer.mapping, writer, self.options,
-                             hooks=hooks)
+                             hooks=hooks, verify=self.verify)
 
 
 class InProcessExecutor:
@@ -400,6 +402,7 @@ class Publisher:
             r = UnitResult.from_dict(d)
             self.results[r.shard_index] = r
         self.resumed = set(self.results)
+        self.unit_checks = UnitChecks(self.mapping)  # merged as units are recorded (resumed units: at finish)
         self.attempts: dict[int, int] = {}
         self.started: dict[int, str] = {}
         self.workers: dict[int, list[str]] = {}
@@ -472,7 +475,10 @@ class Publisher:
     def record(self, row: UnitResult | dict[str, Any]) -> list[str]:
         """A unit's shard is committed: journal it. Returns the problem lines echoed (empty when echoing live)."""
         res = row if isinstance(row, UnitResult) else UnitResult.from_dict(row)
+        check, res.check = res.check, None  # the worker's re-read of the unit: merged, never in the ledger
         self.flight.end(res.shard_index)
+        if check is not None:
+            self.unit_checks.add(UnitCheck.from_dict(check))
         old = self.results.get(res.shard_index)
         if old is not None and old.sha256 == res.sha256 and old.episodes == res.episodes:
             return []  # a retried unit that had already been recorded: same bytes, nothing new
@@ -565,7 +571,8 @@ class Publisher:
             self.log.info(f"units retried: {retried}")
         convert_seconds = self.spec.elapsed_before + time.monotonic() - self._t0
         outcome = validate_and_publish(self.cfg, self.writer, inv, self.reader(), ledger, self.log,
-                                       self.spec.executor_name, convert_seconds, quarantined, self.spec.archive)
+                                       self.spec.executor_name, convert_seconds, quarantined, self.spec.archive,
+                                       unit_checks=self.unit_checks)
         self._publish_commit_marker(outcome, results)
         echo = self.log.stderr.getvalue()[echo_start:].splitlines() if echo_start is not None else []
         return outcome, echo
@@ -630,7 +637,8 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
     writer = make_writer(cfg, mapping)
     unit_options = writer.unit_options(inv)  # may refuse (exit 2) before anything is converted
     inv.refs = apply_val_split(cfg, writer, inv.refs, log)
-    units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards)
+    units = writer.plan(inv.refs, inv.features, cfg.plan.target_shard_mb, cfg.plan.min_shards,
+                        cfg.plan.max_unit_episodes)
     fingerprint = plan_fingerprint(mapping, units)
     previous: list[UnitResult] = []
     if resume:
@@ -670,8 +678,10 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
                              source_storage_options=cfg.source.storage_options,
                              target_storage_options=cfg.target.storage_options,
                              source_options=dict(cfg.source.options))
+    verify = UnitVerifySpec(sample_ids(inv.refs, cfg.validate_.sample_episodes), cfg.validate_.min_psnr_db,
+                            cfg.convert.nan_policy == "allow")
     job = JobSpec(cfg.source.url, cfg.source.format, mapping.model_dump_json(), cfg.target.url, options,
-                  Limits.from_config(cfg.convert), cfg.target.format, unit_options)
+                  Limits.from_config(cfg.convert), cfg.target.format, unit_options, verify)
     spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint,
                        previous=[r.to_dict() for r in previous], executor_name=executor.name, archive=archive,
                        elapsed_before=time.monotonic() - t0)
@@ -727,12 +737,21 @@ def run_warnings(ledger: dict[str, Any], episodes_written: int) -> list[str]:
 
 def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader: Reader | None,
                          ledger: dict[str, Any], log: RunLog, mode: str, convert_seconds: float,
-                         quarantined: list[dict[str, Any]], archive: bool = False) -> RunOutcome:
-    """Validate the committed output (the writer's verify + the neutral checks), then publish the reports."""
+                         quarantined: list[dict[str, Any]], archive: bool = False,
+                         unit_checks: UnitChecks | None = None,
+                         check_units: UnitCheckRunner | None = None) -> RunOutcome:
+    """Validate the committed output (the writer's verify + the neutral checks), then publish the reports.
+    `unit_checks`: the units already re-read by their workers; the others are checked by `check_units` (a
+    parallel pass) or here."""
     t1 = time.monotonic()
     fs, out_root, mapping = writer.fs, writer.out_root, writer.mapping
+    src = cfg.source
+    samples = start_samples(writer, inv, (lambda: open_reader(src.url, src.format, src.storage_options, src.options))
+                            if reader is not None else None, quarantined)  # the report's episodes, meanwhile
     v = Validator(writer, inv, reader, ledger, cfg.validate_.sample_episodes, cfg.validate_.min_psnr_db,
-                  cfg.validate_.tfds_readback, allow_nonfinite=cfg.convert.nan_policy == "allow")
+                  cfg.validate_.tfds_readback, allow_nonfinite=cfg.convert.nan_policy == "allow",
+                  unit_checks=unit_checks, check_units=check_units,
+                  readback_shards=cfg.validate_.readback_shards)
     res = v.run()
     write_validation_outputs(fs, out_root, res, mapping.dataset_name, time.monotonic() - t1)
     for p in res.problems:
@@ -742,7 +761,7 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
         log.warning(w)
     checksums = dataset_checksums(writer, known=res.shard_sha256)
     sizes = {n: fs.size(join(writer.dataset_dir, n)) for n in checksums}
-    report_html, report_error = try_write_report_html(writer, inv, reader, res, quarantined)
+    report_html, report_error = try_write_report_html(writer, inv, reader, res, quarantined, samples)
     if report_error:
         log.problem(f"report.html not written (the conversion is unaffected): {report_error}")
     write_text_atomic(fs, join(out_root, "final_report.md"),

@@ -11,6 +11,9 @@ from robo_ray.episode import EpisodeRef, FeatureSpec
 from robo_ray.errors import ConfigError
 
 VAL = "val"
+# at most this many episodes in one unit (config plan.max_unit_episodes): a source file holding 20,000 short episodes
+# would otherwise be one unit on one worker, and one unit's result row and retry grow with it
+MAX_UNIT_EPISODES = 1000
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,9 @@ def _groups(refs: list[EpisodeRef]) -> list[list[EpisodeRef]]:
 
 
 def plan_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_shard_mb: float = 256.0,
-               min_shards: int = 4) -> list[Unit]:
-    """Cut the episode list into contiguous units of about `target_shard_mb`, at least min(groups, min_shards)."""
+               min_shards: int = 4, max_unit_episodes: int = MAX_UNIT_EPISODES) -> list[Unit]:
+    """Cut the episode list into contiguous units of about `target_shard_mb`, at least min(groups, min_shards),
+    none holding more than `max_unit_episodes` episodes."""
     if not refs:
         return []
     target = max(1, int(target_shard_mb * (1 << 20)))
@@ -65,14 +69,14 @@ def plan_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_
         cur: list[EpisodeRef] = []
         acc = 0
         for r in g:
-            if cur and acc + sizes[r.episode_index] > target:
+            if cur and (acc + sizes[r.episode_index] > target or len(cur) >= max_unit_episodes):
                 pieces.append(cur)
                 cur, acc = [], 0
             cur.append(r)
             acc += sizes[r.episode_index]
         pieces.append(cur)
     total = sum(sizes.values())
-    n_units = min(len(pieces), max(math.ceil(total / target), min_shards))
+    n_units = min(len(pieces), max(math.ceil(total / target), min_shards, math.ceil(len(refs) / max_unit_episodes)))
     # contiguous partition of pieces into n_units, balancing cumulative size
     units: list[list[EpisodeRef]] = [[] for _ in range(n_units)]
     acc = 0
@@ -82,12 +86,19 @@ def plan_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_
         slot = max(slot, n_units - (len(pieces) - i))  # leave at least one piece for each remaining unit
         units[slot].extend(piece)
         acc += psize
-    units = [u for u in units if u]
+    units = [part for u in units if u for part in _cut(u, max_unit_episodes)]
     return [Unit(i, len(units), tuple(u)) for i, u in enumerate(units)]
 
 
+def _cut(refs: list[EpisodeRef], most: int) -> list[list[EpisodeRef]]:
+    """A contiguous run of episodes cut into the fewest even contiguous parts of at most `most` episodes."""
+    parts = math.ceil(len(refs) / most)
+    bounds = [round(k * len(refs) / parts) for k in range(parts + 1)]
+    return [refs[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
 def plan_split_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_shard_mb: float = 256.0,
-                     min_shards: int = 4) -> list[Unit]:
+                     min_shards: int = 4, max_unit_episodes: int = MAX_UNIT_EPISODES) -> list[Unit]:
     """`plan_units` per split (a source without splits is all `train`): units are numbered across splits, `train`
     first, then the others in the order they first appear; each split's episodes are one contiguous run of units
     (LeRobot's `splits` are episode ranges), and every unit carries its split and its (position, count) among the
@@ -95,8 +106,8 @@ def plan_split_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], t
     by_split: dict[str, list[EpisodeRef]] = {"train": []}
     for ref in refs:
         by_split.setdefault(ref.split or "train", []).append(ref)
-    planned = [(split, plan_units(group, features, target_shard_mb, min_shards)) for split, group in by_split.items()
-               if group]
+    planned = [(split, plan_units(group, features, target_shard_mb, min_shards, max_unit_episodes))
+               for split, group in by_split.items() if group]
     total = sum(len(units) for _, units in planned)
     out: list[Unit] = []
     for split, units in planned:

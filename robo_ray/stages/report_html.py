@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import base64
 import html
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import simplejpeg
@@ -238,17 +239,40 @@ def render(writer: Writer, inv: Inventory, res: ValidationResult, quarantined: l
 
 
 def write_report_html(writer: Writer, inv: Inventory, reader: Reader | None, res: ValidationResult,
-                      quarantined: list[dict[str, Any]]) -> str:
+                      quarantined: list[dict[str, Any]], samples: Samples | None = None) -> str:
     """Write report.html at the output root; returns its URL."""
-    samples = collect(writer, inv, reader, quarantined)
+    if samples is None:
+        samples = collect(writer, inv, reader, quarantined)
     write_text_atomic(writer.fs, join(writer.out_root, REPORT_NAME), render(writer, inv, res, quarantined, samples))
     return f"{writer.out_url.rstrip('/')}/{REPORT_NAME}"
 
 
 def try_write_report_html(writer: Writer, inv: Inventory, reader: Reader | None, res: ValidationResult,
-                          quarantined: list[dict[str, Any]]) -> tuple[str | None, str | None]:
-    """(URL, None) when written, (None, why) when not: the report must never fail a conversion."""
+                          quarantined: list[dict[str, Any]],
+                          samples: "Future[Samples] | None" = None) -> tuple[str | None, str | None]:
+    """(URL, None) when written, (None, why) when not: the report must never fail a conversion. `samples`: the
+    sampled episodes already being read (`start_samples`)."""
     try:
-        return write_report_html(writer, inv, reader, res, quarantined), None
+        got = samples.result() if samples is not None else None
+        return write_report_html(writer, inv, reader, res, quarantined, got), None
     except Exception as exc:  # noqa: BLE001 - reported in final_report.md and the log, the run goes on
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def start_samples(writer: Writer, inv: Inventory, open_source: Callable[[], Reader] | None,
+                  quarantined: list[dict[str, Any]]) -> "Future[Samples]":
+    """Read the report's sampled episodes in a thread, with a source reader of its own (`open_source`), while
+    Validate runs: the loader's read-back waits on a child process meanwhile, so the two overlap."""
+    def work() -> Samples:
+        reader = open_source() if open_source is not None else None
+        try:
+            return collect(writer, inv, reader, quarantined)
+        finally:
+            if reader is not None:
+                reader.close()
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="robo-ray-report")
+    try:
+        return pool.submit(work)
+    finally:
+        pool.shutdown(wait=False)

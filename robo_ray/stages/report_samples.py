@@ -61,13 +61,6 @@ class Samples:
     note: str = ""  # why the source could not be paired, if it could not
 
 
-def spread(n: int, k: int = SAMPLED_EPISODES) -> list[int]:
-    """Up to k positions spread over range(n): first, middle(s), last."""
-    if n <= k:
-        return list(range(n))
-    return sorted({round(j * (n - 1) / (k - 1)) for j in range(k)})
-
-
 def _by_name(features: dict[str, FeatureSpec], name: str) -> str | None:
     hits = [k for k, f in features.items() if f.kind in IMAGE_KINDS and (f.name or k) == name]
     return hits[0] if hits else None
@@ -137,16 +130,18 @@ def sample_episode(cams: list[Camera], series: list[tuple[str, str]], written_re
     return out
 
 
-def pair_refs(inv: Inventory, written: list[EpisodeRef],
+def pair_refs(inv: Inventory, written: list[EpisodeRef], positions: list[int], total: int,
               quarantined: list[dict[str, Any]]) -> tuple[list[EpisodeRef | None], str]:
-    """The source ref of each written episode: writers may renumber, so written episodes pair with the source's
-    non-quarantined episodes in order; lengths must agree, else no pairing (and why)."""
+    """The source ref of each sampled written episode (at `positions` among the `total` written ones): writers may
+    renumber, so written episodes pair with the source's non-quarantined episodes in order; counts and the sampled
+    lengths must agree, else no pairing (and why)."""
     q = {int(r["episode_index"]) for r in quarantined}
     kept = [r for r in inv.refs if r.episode_index not in q]
-    if len(kept) != len(written) or any(a.length != b.length for a, b in zip(kept, written)):
-        return [None] * len(written), (f"the written episodes ({len(written)}) do not pair with the source's "
+    pairs = [kept[j] if len(kept) == total else None for j in positions]
+    if len(kept) != total or any(a is None or a.length != b.length for a, b in zip(pairs, written)):
+        return [None] * len(written), (f"the written episodes ({total}) do not pair with the source's "
                                        f"{len(kept)} non-quarantined episodes by order and length")
-    return list(kept), ""
+    return pairs, ""
 
 
 def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: list[dict[str, Any]],
@@ -155,14 +150,13 @@ def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: 
     url = join(writer.out_url, writer.dataset_rel) if writer.dataset_rel else writer.out_url  # any fsspec URL
     back = open_reader(url, writer.paired_reader, writer.storage_options)
     try:
-        written = back.discover()
+        written, positions = back.discover_spread(k)  # only the sampled episodes' files are read
         cams, series = cameras(writer, written.features), series_keys(written.features)
-        srefs, note = pair_refs(inv, written.refs, quarantined)
+        srefs, note = pair_refs(inv, written.refs, positions, written.episodes_count, quarantined)
         if reader is None:
             note = note or "the source is not available"
         out = Samples(cams, note=note)
-        for j in spread(len(written.refs), k):
-            wref, sref = written.refs[j], srefs[j]
+        for wref, sref in zip(written.refs, srefs):
             try:
                 out.episodes.append(sample_episode(cams, series, back, wref, reader, sref))
             except Exception as exc:  # noqa: BLE001 - one unreadable episode is shown as such, the page goes on

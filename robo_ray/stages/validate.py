@@ -3,15 +3,23 @@
 The neutral half lives here: the result model, `discovered = written + quarantined`, per-episode and total steps,
 the sampled comparison with the source (low-dim exact, images by PSNR against the decoded source frame), statistics
 and the report files. The format-specific half (re-reading the files: framing, CRCs, schema, NaN/Inf, images,
-checksums against the ledger, the real loader's read-back) is the writer's `verify` (robo_ray.writers.base).
+checksums against the ledger, the real loader's read-back) is the writer's (robo_ray.writers.base):
+
+* `Writer.verify_unit(result, ctx) -> UnitCheck`: one committed unit re-read, right after its commit, by the worker
+  that wrote it (a run), or by a parallel pass (`robo-ray validate`). A `UnitCheck` is small (counts, failures,
+  sha256s, mergeable statistics, the sampled comparison's outcome) whatever the unit's size.
+* `Writer.verify(ctx, res)`: the dataset-level checks (metadata, every planned file present, counts across units,
+  the loader's read-back of a sample), merging the units' `UnitCheck`s (`ctx.unit_checks`, `UnitChecks`) instead of
+  re-reading every file in one process.
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 import numpy as np
 
@@ -21,7 +29,7 @@ from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stats import KLL_K, RANK_ERROR, StatsSet
 from robo_ray.storage import join, write_text_atomic
-from robo_ray.writers import VerifyContext, Writer
+from robo_ray.writers import UnitResult, VerifyContext, Writer
 
 
 @dataclass
@@ -29,6 +37,100 @@ class Check:
     name: str
     passed: bool
     detail: str = ""
+
+
+@dataclass
+class UnitCheck:
+    """What re-reading one committed unit found (`Writer.verify_unit`): sent from the worker that wrote the unit to
+    the Publisher, merged there (`UnitChecks`). Its size does not depend on the unit's (failures are capped)."""
+
+    unit_index: int
+    episode_steps: dict[int, int] = field(default_factory=dict)  # written episode -> steps, as re-read
+    sha256: dict[str, str] = field(default_factory=dict)  # file name (relative to dataset_dir) -> digest, as re-read
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (check name, one-line detail)
+    counts: dict[str, int] = field(default_factory=dict)  # the writer's counters (e.g. "nonfinite"), summed
+    psnr: list[float] = field(default_factory=list)  # sampled images vs the source
+    sampled: list[int] = field(default_factory=list)  # episodes compared with the source
+    mismatches: list[str] = field(default_factory=list)  # the sampled comparison's differences
+    notes: list[str] = field(default_factory=list)  # problem lines behind a counter (the first of each kind)
+    stats: dict[str, Any] | None = None  # StatsAccumulator.to_dict() of the unit's written steps
+    seconds: float = 0.0
+
+    MAX_FAILURES: ClassVar[int] = 50
+
+    def fail(self, name: str, detail: str) -> None:
+        if len(self.failures) < self.MAX_FAILURES:
+            self.failures.append((name, detail))
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + int(n)
+
+    def note(self, line: str) -> None:
+        if len(self.notes) < self.MAX_FAILURES:
+            self.notes.append(line)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["episode_steps"] = [[k, v] for k, v in self.episode_steps.items()]  # JSON keys would become strings
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "UnitCheck":
+        d = dict(d)
+        d["episode_steps"] = {int(k): int(v) for k, v in d.get("episode_steps", [])}
+        d["failures"] = [tuple(f) for f in d.get("failures", [])]
+        return cls(**d)
+
+
+class UnitChecks:
+    """The merge of many `UnitCheck`s, kept as they arrive (memory: one int pair per written episode, one sha256
+    per file, one statistics sketch set): what a writer's dataset-level `verify` reads."""
+
+    def __init__(self, mapping: "Mapping") -> None:
+        self.units: set[int] = set()
+        self.episode_steps: dict[int, int] = {}
+        self.duplicates: list[int] = []  # episodes written by more than one unit
+        self.sha256: dict[str, str] = {}
+        self.failures: list[tuple[str, str]] = []
+        self.counts: dict[str, int] = {}
+        self.psnr: list[float] = []
+        self.sampled: list[int] = []
+        self.mismatches: list[str] = []
+        self.notes: list[str] = []
+        self.stats = StatsAccumulator(mapping)
+        self.seconds = 0.0
+
+    def add(self, c: UnitCheck) -> None:
+        if c.unit_index in self.units:  # a unit recorded twice (a retried attempt): the first check stands
+            return
+        self.units.add(c.unit_index)
+        for ep, steps in c.episode_steps.items():
+            if ep in self.episode_steps:
+                self.duplicates.append(ep)
+            self.episode_steps[ep] = steps
+        self.sha256.update(c.sha256)
+        self.failures += c.failures[:UnitCheck.MAX_FAILURES - min(len(self.failures), UnitCheck.MAX_FAILURES)]
+        for k, n in c.counts.items():
+            self.counts[k] = self.counts.get(k, 0) + n
+        self.psnr += c.psnr
+        self.sampled += c.sampled
+        self.mismatches += c.mismatches[:20]
+        self.notes += c.notes[:max(0, 200 - len(self.notes))]
+        if c.stats:
+            self.stats.merge(StatsSet.from_dict(c.stats))
+        self.seconds += c.seconds
+
+    def apply(self, res: "ValidationResult", min_psnr_db: float) -> None:
+        """The neutral half of the merge: per-unit failures as checks, unique episodes, the sampled comparison,
+        episode/step counts, file digests and statistics into `res`."""
+        for name, detail in self.failures:
+            res.add(name, False, detail)
+        res.add("unique episodes", not self.duplicates, "every episode is written once" if not self.duplicates
+                else f"episodes written more than once: {sorted(set(self.duplicates))[:20]}")
+        add_sample_checks(res, self.sampled, self.mismatches, self.psnr, min_psnr_db)
+        res.set_episodes(self.episode_steps)
+        res.shard_sha256.update(self.sha256)
+        res.set_statistics(self.stats)
 
 
 @dataclass
@@ -160,17 +262,57 @@ def compare_sample(reader: Reader, mapping: Mapping, ref: EpisodeRef, written: W
     return out
 
 
+def sample_ids(refs: list[EpisodeRef], sample_episodes: int) -> set[int]:
+    """Episodes compared to the source: `sample_episodes` spread evenly over the discovered ones (0 = none)."""
+    ids = [r.episode_index for r in refs] if sample_episodes else []
+    if len(ids) > sample_episodes:
+        step = len(ids) / sample_episodes
+        ids = [ids[int(k * step)] for k in range(sample_episodes)]
+    return set(ids)
+
+
+@dataclass(frozen=True)
+class UnitVerifySpec:
+    """What a worker needs to re-read the unit it just committed (picklable, travels in the JobSpec)."""
+
+    sample_ids: frozenset[int] | set[int] = frozenset()
+    min_psnr_db: float = 30.0
+    allow_nonfinite: bool = False
+
+    def check(self, writer: Writer, reader: Reader | None, unit: Any, result: UnitResult) -> "UnitCheck | None":
+        """`writer.verify_unit` of a unit just committed by this worker (the unit's own refs, no inventory)."""
+        refs = {r.episode_index: r for r in unit.refs}
+        ctx = VerifyContext({}, None, reader, set(self.sample_ids) & set(refs), self.min_psnr_db, False,
+                            self.allow_nonfinite, refs=refs)
+        return run_unit_check(writer, result, ctx)
+
+
+# checks the units of a dataset (in parallel on a cluster, or in a loop): (writer, results, ctx) -> UnitChecks
+UnitCheckRunner = Callable[[Writer, list[UnitResult], VerifyContext], Iterable["UnitCheck | None"]]
+
+
+def check_units_here(writer: Writer, results: list[UnitResult], ctx: VerifyContext) -> Iterator["UnitCheck | None"]:
+    """The in-process `UnitCheckRunner`: one unit after the other."""
+    for r in results:
+        yield run_unit_check(writer, r, ctx)
+
+
 class Validator:
-    """Validates one written dataset against its source inventory and the run's ledger: the writer re-reads its
-    files (`Writer.verify`), then the dataset-level checks run here."""
+    """Validates one written dataset against its source inventory and the run's ledger: every committed unit is
+    re-read (`Writer.verify_unit`: by its worker during a run, else by `check_units`), then the writer's
+    dataset-level checks (`Writer.verify`) and the neutral ones run here."""
 
     def __init__(self, writer: Writer, inv: Inventory | None, reader: Reader | None, ledger: dict[str, Any] | None,
                  sample_episodes: int = 50, min_psnr_db: float = 30.0, loader_readback: bool = True,
-                 allow_nonfinite: bool = False) -> None:
+                 allow_nonfinite: bool = False, unit_checks: UnitChecks | None = None,
+                 check_units: UnitCheckRunner | None = None, readback_shards: int = 2) -> None:
         self.writer, self.inv, self.reader, self.ledger = writer, inv, reader, ledger or {}
         self.sample_episodes = sample_episodes
-        self.ctx = VerifyContext(self.ledger, inv, reader, self._sample_ids(), min_psnr_db, loader_readback,
-                                 allow_nonfinite)
+        ids = sample_ids(inv.refs, sample_episodes) if inv is not None and reader is not None else set()
+        self.ctx = VerifyContext(self.ledger, inv, reader, ids, min_psnr_db, loader_readback, allow_nonfinite,
+                                 readback_shards=readback_shards)
+        self.unit_checks = unit_checks
+        self.check_units = check_units or check_units_here
 
     @property
     def dataset_dir(self) -> str:
@@ -178,19 +320,22 @@ class Validator:
 
     def run(self) -> ValidationResult:
         res = ValidationResult()
+        self.ctx.unit_checks = self._all_unit_checks()
         if self.writer.verify(self.ctx, res):  # else not committed: the writer said what is missing
             self._check_counts(res)
         return res
 
-    def _sample_ids(self) -> set[int]:
-        """Episodes compared to the source: `sample_episodes` spread evenly over the discovered ones."""
-        if self.inv is None or self.reader is None or not self.sample_episodes:
-            return set()  # 0 = no comparison with the source (`robo-ray convert`, benchmarks)
-        ids = [r.episode_index for r in self.inv.refs]
-        if len(ids) > self.sample_episodes:
-            step = len(ids) / self.sample_episodes
-            ids = [ids[int(k * step)] for k in range(self.sample_episodes)]
-        return set(ids)
+    def _all_unit_checks(self) -> UnitChecks | None:
+        """Every committed unit's check: those made by the workers, the rest now (resumed units; every unit for
+        `robo-ray validate`). None when the writer verifies whole datasets only."""
+        if type(self.writer).verify_unit is Writer.verify_unit:
+            return None
+        merged = self.unit_checks or UnitChecks(self.writer.mapping)
+        todo = [r for r in self.ctx.results() if r.shard_index not in merged.units]
+        for check in self.check_units(self.writer, todo, self.ctx) if todo else ():
+            if check is not None:
+                merged.add(check)
+        return merged
 
     def _check_counts(self, res: ValidationResult) -> None:
         if self.inv is None:
@@ -217,23 +362,59 @@ class Validator:
                 f"output {res.steps_written} steps, source {exp_steps} for the written episodes")
 
 
-def sample_checks(ctx: VerifyContext, mapping: Mapping, samples: dict[int, WrittenSample],
-                  res: ValidationResult) -> None:
-    """The sampled comparison with the source, for a writer's verify: one check for low-dim values and language,
-    one for images."""
-    if ctx.reader is None or ctx.inv is None:
-        return
-    refs = {r.episode_index: r for r in ctx.inv.refs}
+def compare_samples(ctx: VerifyContext, mapping: Mapping, samples: dict[int, WrittenSample],
+                    psnr_out: list[float]) -> tuple[list[int], list[str]]:
+    """Compare the sampled written episodes with their source (`compare_sample`): (episodes compared, mismatches);
+    image PSNRs are appended to `psnr_out`."""
+    if ctx.reader is None or not samples:
+        return [], []
+    refs = ctx.ref_map()
     ids = sorted(i for i in samples if i in refs)
+    holder = ValidationResult()
     mismatches: list[str] = []
     for ep_id in ids:
-        mismatches += compare_sample(ctx.reader, mapping, refs[ep_id], samples[ep_id], res)
-    ok_psnr = not res.psnr or min(res.psnr) >= ctx.min_psnr_db
-    res.add("sample low-dim", not mismatches, f"{len(ids)} episodes x first/middle/last step equal the source"
+        mismatches += compare_sample(ctx.reader, mapping, refs[ep_id], samples[ep_id], holder)
+    psnr_out += holder.psnr
+    return ids, mismatches
+
+
+def add_sample_checks(res: ValidationResult, sampled: list[int], mismatches: list[str], psnr_values: list[float],
+                      min_psnr_db: float) -> None:
+    """The two checks of the sampled comparison: low-dim values and language, images by PSNR."""
+    res.psnr += [p for p in psnr_values]
+    if not sampled and not mismatches:
+        return
+    res.add("sample low-dim", not mismatches, f"{len(sampled)} episodes x first/middle/last step equal the source"
             if not mismatches else "; ".join(mismatches[:10]))
     if res.psnr:
+        ok_psnr = min(res.psnr) >= min_psnr_db
         res.add("sample images", ok_psnr, f"{len(res.psnr)} images, PSNR mean {np.mean(res.psnr):.1f} dB, "
-                f"min {min(res.psnr):.1f} dB (threshold {ctx.min_psnr_db} dB)")
+                f"min {min(res.psnr):.1f} dB (threshold {min_psnr_db} dB)")
+
+
+def sample_checks(ctx: VerifyContext, mapping: Mapping, samples: dict[int, WrittenSample],
+                  res: ValidationResult) -> None:
+    """The sampled comparison with the source, for a writer's dataset-level verify: one check for low-dim values
+    and language, one for images."""
+    if ctx.reader is None or ctx.inv is None:
+        return
+    psnr_values: list[float] = []
+    ids, mismatches = compare_samples(ctx, mapping, samples, psnr_values)
+    add_sample_checks(res, ids, mismatches, psnr_values, ctx.min_psnr_db)
+
+
+def run_unit_check(writer: Writer, result: UnitResult, ctx: VerifyContext) -> "UnitCheck | None":
+    """`writer.verify_unit` timed; an unexpected error becomes a failed check of that unit, never a crash."""
+    t0 = time.monotonic()
+    try:
+        check = writer.verify_unit(result, ctx)
+    except Exception as exc:  # a reader bug must not hide the unit: it fails validation, in one line
+        check = UnitCheck(result.shard_index)
+        check.fail(f"unit {result.shard_index}", f"re-reading unit {result.shard_index} ({result.filename}) "
+                   f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
+    if check is not None:
+        check.seconds = time.monotonic() - t0
+    return check
 
 
 def _resize_like(src: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

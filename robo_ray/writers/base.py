@@ -7,8 +7,9 @@ The stages and the executors talk only to this contract; they never name a forma
     sink = writer.open_unit(unit)                          # worker: one unit -> its own files, atomic
     sink.add(episode) / sink.quarantine(record)            #   canonical episodes with lazily decoded frames
     result = sink.commit()  (or sink.abort())              #   a ~1 KB UnitResult row goes to the Publisher
+    check = writer.verify_unit(result, ctx)                # worker: re-read the unit it just wrote (UnitCheck)
     writer.finalize(results, inv)                          # Publisher: metadata last = the commit
-    writer.verify(ctx)                                     # the format-specific half of Validate
+    writer.verify(ctx, res)                                # dataset-level checks, merging the units' checks
 
 A unit's files are named by the plan only (never by a run id or the cluster size), so any executor and any actor
 count write the same bytes, and a retried unit rewrites the same names.
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from robo_ray.mapping import ImageOptions, Mapping
     from robo_ray.readers.base import Inventory, Reader
     from robo_ray.stages.plan import Unit
-    from robo_ray.stages.validate import ValidationResult
+    from robo_ray.stages.validate import UnitCheck, UnitChecks, ValidationResult
 
 
 @dataclass
@@ -52,6 +53,7 @@ class UnitResult:
     files: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     unlabeled: int = 0  # written episodes with no instruction on any step (counted by Convert)
+    check: dict[str, Any] | None = None  # UnitCheck.to_dict() made by the worker; the Publisher takes it off
 
     @property
     def unit_index(self) -> int:
@@ -95,8 +97,10 @@ class UnitSink(ABC):
 
 @dataclass
 class VerifyContext:
-    """What a writer's `verify` may use: the run's ledger, the source (for the sampled comparison), and the
-    validate options."""
+    """What a writer's `verify` / `verify_unit` may use: the run's ledger, the source (for the sampled comparison),
+    the validate options, and the units' checks already made (on the workers, or by a parallel pass).
+
+    On a worker (`verify_unit` right after a commit) there is no inventory: `refs` holds the unit's episodes."""
 
     ledger: dict[str, Any]
     inv: "Inventory | None" = None
@@ -105,9 +109,17 @@ class VerifyContext:
     min_psnr_db: float = 30.0
     loader_readback: bool = True
     allow_nonfinite: bool = False
+    refs: "dict[int, EpisodeRef] | None" = None  # episode -> ref, when there is no inventory (a worker)
+    unit_checks: "UnitChecks | None" = None  # merged UnitChecks of every committed unit (Validator fills it)
+    readback_shards: int = 2  # how many files the loader's read-back reads (0 = all)
 
     def results(self) -> list[UnitResult]:
         return [UnitResult.from_dict(s) for s in self.ledger.get("shards", [])]
+
+    def ref_map(self) -> "dict[int, EpisodeRef]":
+        if self.refs is None:
+            self.refs = {r.episode_index: r for r in self.inv.refs} if self.inv is not None else {}
+        return self.refs
 
 
 class WriterOptions(BaseModel):
@@ -188,8 +200,9 @@ class Writer(ABC):
 
     @abstractmethod
     def plan(self, refs: "list[EpisodeRef]", features: "dict[str, FeatureSpec]", target_unit_mb: float,
-             min_units: int) -> "list[Unit]":
-        """Group episodes into units (deterministic: the inventory and config only)."""
+             min_units: int, max_unit_episodes: int = 1000) -> "list[Unit]":
+        """Group episodes into units (deterministic: the inventory and config only): about `target_unit_mb`
+        each, at least `min_units` when there are enough episodes, at most `max_unit_episodes` episodes each."""
 
     @abstractmethod
     def unit_filenames(self, unit: "Unit") -> list[str]:
@@ -243,9 +256,18 @@ class Writer(ABC):
         """Called when the run starts, in the process that will verify: begin what `verify` will need that takes
         long to start (e.g. importing a loader), so it overlaps the conversion. Nothing by default."""
 
+    def verify_unit(self, result: UnitResult, ctx: VerifyContext) -> "UnitCheck | None":
+        """Re-read one committed unit's files (framing / CRCs, schema, episode and step counts against `result`,
+        NaN/Inf, sampled images decodable, sha256 against `result`, the sampled episodes (`ctx.sample_ids`)
+        compared with the source, statistics) and return a small `UnitCheck`. Runs on the worker right after the
+        commit, or in a parallel pass over an existing output. None: this writer verifies only whole datasets."""
+        return None
+
     @abstractmethod
     def verify(self, ctx: VerifyContext, res: "ValidationResult") -> bool:
-        """The format-specific half of Validate: re-read the written files, add checks to `res` and fill
+        """The format-specific half of Validate: the dataset-level checks (metadata, every file present, counts
+        across units, the loader's read-back), merging `ctx.unit_checks` (every committed unit's `verify_unit`,
+        when the writer has one) into `res`, or re-reading the files itself when it has none; fills
         res.episode_steps / steps / shard_sha256 / psnr / statistics (robo_ray.stages.validate does the rest).
         Returns whether the dataset is committed (its commit files exist): only then do the dataset-level checks
         (discovered = written + quarantined, steps) apply."""

@@ -9,7 +9,7 @@ import io
 import posixpath
 import re
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -315,9 +315,48 @@ class LeRobotReader(BaseReader):
         return inv
 
     # ---- load one episode --------------------------------------------------------------------------------------
+    # v3.0 files hold many episodes, and lerobot writes each episode as its own row group (a file of 20,000 short
+    # episodes has 20,000 groups; reading it whole costs ~5 s). A unit reads the row groups of its episodes in one
+    # go (`prepare`); a lone episode (the report, a sampled comparison) reads its own; a file whose row groups do
+    # not follow the episodes (no statistics, or mixed) is read whole, once (`last_table`).
+    _groups: tuple[str, list[tuple[int, int]] | None] | None = None  # (file, (min, max) episode per row group)
+    _cover: tuple[str, int, int, pa.Table] | None = None  # (file, first, last episode, their rows)
+    _planned: dict[str, tuple[int, int]] = {}  # file -> (first, last) episode of the unit being converted
+
+    def prepare(self, refs: Sequence[EpisodeRef]) -> None:
+        planned: dict[str, tuple[int, int]] = {}
+        for r in refs:
+            lo, hi = planned.get(r.data_path, (r.episode_index, r.episode_index))
+            planned[r.data_path] = (min(lo, r.episode_index), max(hi, r.episode_index))
+        self._planned, self._cover = planned, None
+
+    def _file_rows(self, ref: EpisodeRef) -> pa.Table:
+        """A table holding the episode's rows (and maybe others'): the unit's row groups, the episode's own, or
+        the whole file."""
+        rel, ep = ref.data_path, ref.episode_index
+        if self.version != "v3.0":
+            return self.last_table(rel)
+        c = self._cover
+        if c is not None and c[0] == rel and c[1] <= ep <= c[2]:
+            return c[3]
+        if self._groups is None or self._groups[0] != rel:
+            self._groups = (rel, self.row_group_ranges(rel, "episode_index"))
+        groups = self._groups[1]
+        if groups is None or len(groups) < 2:
+            return self.last_table(rel)
+        lo, hi = self._planned.get(rel, (ep, ep))
+        if not lo <= ep <= hi:
+            lo = hi = ep
+        picks = [g for g, (a, b) in enumerate(groups) if a <= hi and b >= lo]
+        if not picks or len(picks) == len(groups):
+            return self.last_table(rel)
+        table = self._read_parquet(rel, row_groups=picks)
+        self._cover = (rel, lo, hi, table)
+        return table
+
     def _episode_table(self, ref: EpisodeRef) -> pa.Table:
-        """The episode's rows. v3.0 files hold many episodes: cache the last file read (units are file-ordered)."""
-        table = self.last_table(ref.data_path)
+        """The episode's rows."""
+        table = self._file_rows(ref)
         if self.version != "v3.0" and "episode_index" not in table.column_names:
             return table
         if "episode_index" not in table.column_names:
@@ -334,24 +373,29 @@ class LeRobotReader(BaseReader):
             return table.slice(int(rows[0]), len(rows))
         return table.take(pa.array(rows))
 
-    _ranges: tuple[str, int, pa.Table, dict[int, tuple[int, int]] | None] | None = None
+    _ranges: tuple[str, pa.Table, pa.Table, dict[int, tuple[int, int]] | None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state.pop("_ranges", None)  # a cache of the cached table: not shipped to workers
+        for cache in ("_ranges", "_cover", "_groups", "_planned"):  # caches of read rows: not shipped to workers
+            state.pop(cache, None)
         return state
+
+    def close(self) -> None:
+        super().close()
+        self._ranges = self._cover = None
 
     def _episode_ranges(self, rel: str, table: pa.Table) -> tuple[pa.Table, dict[int, tuple[int, int]] | None]:
         """The cached file's table in one chunk per column (slicing a table of many row groups walks every chunk:
         O(file) per episode) and {episode_index: (first row, rows)} when its episode_index column is sorted (each
         episode one run of rows), computed once per file; None otherwise (then each episode is searched)."""
-        if self._ranges is None or self._ranges[:2] != (rel, id(table)):
+        if self._ranges is None or self._ranges[0] != rel or self._ranges[1] is not table:
             col = table["episode_index"].to_numpy()
             ranges: dict[int, tuple[int, int]] | None = None
             if len(col) and bool(np.all(col[1:] >= col[:-1])):
                 eps, first, counts = np.unique(col, return_index=True, return_counts=True)
                 ranges = {int(e): (int(f), int(c)) for e, f, c in zip(eps, first, counts)}
-            self._ranges = (rel, id(table), table.combine_chunks() if ranges is not None else table, ranges)
+            self._ranges = (rel, table, table.combine_chunks() if ranges is not None else table, ranges)
         return self._ranges[2], self._ranges[3]
 
     def load_episode(self, ref: EpisodeRef) -> Episode:

@@ -65,7 +65,7 @@ from robo_ray.formats.lerobot.video_encode import (ENCODERS, ImageHistogram, Uni
                                                    encode_episode)
 from robo_ray.mapping import FieldMap, Mapping
 from robo_ray.readers.base import Inventory
-from robo_ray.stages.plan import Unit, plan_split_units
+from robo_ray.stages.plan import MAX_UNIT_EPISODES, Unit, plan_split_units
 from robo_ray.storage import join, write_bytes_atomic
 from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
 from robo_ray.writers.unit_files import UnitFiles, remove_file
@@ -636,14 +636,14 @@ class LeRobotWriter(Writer):
 
     # ---- plan ---------------------------------------------------------------------------------------------------
     def plan(self, refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_unit_mb: float,
-             min_units: int) -> list[Unit]:
+             min_units: int, max_unit_episodes: int = MAX_UNIT_EPISODES) -> list[Unit]:
         """`plan_units` (episodes sharing source files stay together) with units capped by the file size limits
         (an estimate: video is sized as JPEG, so the real MP4s stay well under video_files_size_in_mb); each unit
         carries the numbering it writes when nothing is quarantined. Planned per split (`plan_split_units`), so each
         split is one episode range of info.json `splits` whatever order the source lists its episodes in."""
         cap = min(float(target_unit_mb), float(self.options.video_files_size_in_mb),
                   float(self.options.data_files_size_in_mb) * 10)
-        units = plan_split_units(refs, features, cap, min_units)
+        units = plan_split_units(refs, features, cap, min_units, max_unit_episodes)
         planned: dict[str, int] = {}
         for r in refs:
             for t in r.tasks:

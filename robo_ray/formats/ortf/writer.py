@@ -50,7 +50,7 @@ from robo_ray.errors import ConfigError, FrameCountMismatch, VideoDecodeError
 from robo_ray.images import decode_image
 from robo_ray.mapping import FieldMap, Mapping
 from robo_ray.readers.base import Inventory
-from robo_ray.stages.plan import Unit, plan_units
+from robo_ray.stages.plan import MAX_UNIT_EPISODES, Unit, plan_units
 from robo_ray.storage import join, url_to_fs, write_bytes_atomic
 from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
 from robo_ray.writers.unit_files import UnitFiles
@@ -499,10 +499,10 @@ class OrtfWriter(Writer):
 
     # ---- plan ---------------------------------------------------------------------------------------------------
     def plan(self, refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_unit_mb: float,
-             min_units: int) -> list[Unit]:
+             min_units: int, max_unit_episodes: int = MAX_UNIT_EPISODES) -> list[Unit]:
         """Size-balanced units (`plan_units`), each cut to at most `chunk_size` episodes; unit index = chunk id."""
         size = self.options.chunk_size
-        pieces = [u.refs[k:k + size] for u in plan_units(refs, features, target_unit_mb, min_units)
+        pieces = [u.refs[k:k + size] for u in plan_units(refs, features, target_unit_mb, min_units, max_unit_episodes)
                   for k in range(0, len(u.refs), size)]
         return [Unit(i, len(pieces), tuple(p)) for i, p in enumerate(pieces)]
 

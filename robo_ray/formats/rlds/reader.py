@@ -42,7 +42,7 @@ from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, EpisodeTooLa
 from robo_ray.formats.rlds.example import decode_example
 from robo_ray.formats.rlds.features import Leaf, Unsupported, parse_features
 from robo_ray.formats.rlds.tfrecord import masked_crc, read_records
-from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, identifier
+from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, identifier, spread
 from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, render_path_template
 from robo_ray.storage import is_local, join, url_of
 
@@ -659,6 +659,41 @@ class RldsReader(BaseReader):
                         features=self.features, refs=refs, fps=self.fps, declared=declared, findings=findings,
                         metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "")
         return inv
+
+    def discover_spread(self, k: int) -> tuple[Inventory, list[int]]:
+        """`k` spread episodes, scanning only the shards that hold them (their positions follow the declared shard
+        lengths); the full `discover` when a scanned shard does not hold what dataset_info.json declares."""
+        located: list[tuple[str, int, str, int, int]] = []  # (split, first index, rel, declared, index in split)
+        next_index = 0
+        for split, shards in self.split_shards.items():
+            in_split = 0
+            for rel, declared in shards:
+                if split in self.splits:
+                    located.append((split, next_index, rel, declared, in_split))
+                next_index += declared
+                in_split += declared
+        total = sum(d for _, _, _, d, _ in located)
+        positions = spread(total, k)
+        refs: list[EpisodeRef] = []
+        scans: dict[str, list[tuple[int, int | None, int | None]]] = {}
+        start = 0
+        for split, first, rel, declared, in_split in located:
+            for pos in (p for p in positions if start <= p < start + declared):
+                if rel not in scans:
+                    records, _ = self._scan_shard(rel, declared)
+                    if len(records) != declared:
+                        return super().discover_spread(k)
+                    scans[rel] = records
+                offset, framed, steps = scans[rel][pos - start]
+                refs.append(EpisodeRef(first + pos - start, steps or 0, rel,
+                                       source_id=f"{split}[{in_split + pos - start}]",
+                                       locator=None if framed is None else (offset, framed), split=split))
+            start += declared
+        inv = Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
+                        source_version=self.version, episodes_count=total, total_steps=sum(r.length for r in refs),
+                        features=self.features, refs=refs, fps=self.fps,
+                        metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "")
+        return inv, positions
 
     def _scan_shard(self, rel: str, declared: int
                     ) -> tuple[list[tuple[int, int | None, int | None]], list[Finding]]:

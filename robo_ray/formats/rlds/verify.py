@@ -1,6 +1,8 @@
-"""The RLDS half of Validate: re-read every shard (CRC-checked framing, our Example parser), check
-dataset_info.json / features.json, per-record schema, NaN/Inf, sampled images, sha256 against the ledger, hand the
-sampled episodes to the neutral comparison with the source, and read the dataset back through the real tfds."""
+"""The RLDS half of Validate. Per unit (`check_unit`, on the worker right after the commit): re-read the shard
+(CRC-checked framing, our Example parser), per-record schema, NaN/Inf, sampled images, sha256 and episodes against
+the ledger entry, statistics, the sampled episodes compared with the source. Per dataset (`run`): dataset_info.json
+/ features.json, every shard present (one listing) with the lengths dataset_info.json says, the merged unit checks,
+and a read-back of a sample of shards through the real tfds."""
 from __future__ import annotations
 
 import json
@@ -15,10 +17,10 @@ from robo_ray.formats.rlds.readback import ReadbackUnavailable, readback_process
 from robo_ray.formats.rlds.schema import shard_filename
 from robo_ray.formats.rlds.tfrecord import iter_records
 from robo_ray.images import decode_image
-from robo_ray.stages.validate import (StatsAccumulator, ValidationResult, WrittenSample, sample_checks,
-                                      sample_indices)
+from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
+                                      compare_samples, sample_indices)
 from robo_ray.storage import HashingReader, is_local, join, open_sequential
-from robo_ray.writers.base import VerifyContext
+from robo_ray.writers.base import UnitResult, VerifyContext
 
 if TYPE_CHECKING:
     from robo_ray.formats.rlds.writer import RldsWriter
@@ -39,13 +41,13 @@ def _leaf_shapes(mapping: Any) -> dict[str, tuple[str, list[int]]]:
 
 
 class RldsVerifier:
-    """One verification pass over an RLDS dataset written by RldsWriter."""
+    """Verification of an RLDS dataset written by RldsWriter: `check_unit` re-reads one shard (on the worker that
+    wrote it, or in a validation pass), `run` does the dataset-level checks over the merged unit checks."""
 
     def __init__(self, writer: "RldsWriter", ctx: VerifyContext) -> None:
         self.writer, self.ctx = writer, ctx
         self.fs, self.mapping = writer.fs, writer.mapping
         self.dataset_dir = writer.dataset_dir
-        self._stats = StatsAccumulator(self.mapping)
 
     def run(self, res: ValidationResult) -> bool:
         """Verify; returns whether the dataset is committed (dataset_info.json and features.json exist)."""
@@ -53,14 +55,31 @@ class RldsVerifier:
         if info is None:
             self._check_unfinished(res)
             return False
-        shards = [(shard_filename(self.mapping.dataset_name, str(sp["name"]), i, len(sp["shardLengths"])), int(n))
+        shards = [(str(sp["name"]), shard_filename(self.mapping.dataset_name, str(sp["name"]), i,
+                                                   len(sp["shardLengths"])), int(n))
                   for sp in info["splits"] for i, n in enumerate(sp["shardLengths"])]
         self._splits = [str(sp["name"]) for sp in info["splits"]]
-        samples = self._check_shards(res, shards)
-        res.set_statistics(self._stats)
-        sample_checks(self.ctx, self.mapping, samples, res)
+        results = {r.filename: r for r in self.ctx.results()}
+        checks = self.ctx.unit_checks
+        if checks is None:  # a caller that did not go through Validator: re-read every unit here
+            checks = UnitChecks(self.mapping)
+            for r in results.values():
+                checks.add(self.check_unit(r))
+        self._check_shard_list(res, shards, results)
+        checks.apply(res, self.ctx.min_psnr_db)
+        n = checks.counts
+        res.problems += checks.notes
+        res.add("schema", not n.get("schema"), f"{n.get('schema')} features with wrong size" if n.get("schema")
+                else "every feature has its declared per-step size")
+        nonfinite = n.get("nonfinite", 0)
+        res.add("nan/inf", nonfinite == 0 or self.ctx.allow_nonfinite, f"NaN/Inf values: {nonfinite}"
+                + (" (allowed by convert.nan_policy=allow)" if nonfinite and self.ctx.allow_nonfinite else ""))
+        res.add("images", not n.get("bad_images"), f"undecodable or mis-sized sampled images: "
+                f"{n.get('bad_images', 0)}")
+        if not any(c.name.startswith("checksum ") for c in res.checks) and any(r.sha256 for r in results.values()):
+            res.add("checksums", True, "every shard's sha256 (re-read after its commit) equals the ledger")
         if self.ctx.loader_readback:
-            self._tfds_readback(res)
+            self._tfds_readback(res, shards, results)
         return True
 
     # ---- metadata --------------------------------------------------------------------------------------------
@@ -81,70 +100,93 @@ class RldsVerifier:
         n = int(self.ctx.ledger.get("num_shards") or 0)
         names = list(self.ctx.ledger.get("unit_files") or
                      [shard_filename(self.mapping.dataset_name, "train", i, n) for i in range(n)])
-        missing = [x for x in names if not self.fs.exists(join(self.dataset_dir, x))]
+        present = set(self._listing())
+        missing = [x for x in names if x not in present]
         res.add("shards present", not missing, f"run not finished: missing shard files: {', '.join(missing)}"
                 if missing else f"{n} shard files present, dataset_info.json not written yet")
 
-    # ---- shards ----------------------------------------------------------------------------------------------
-    def _check_shards(self, res: ValidationResult, shards: list[tuple[str, int]]) -> dict[int, WrittenSample]:
-        """Read every record of every shard (CRC-checked); returns the sampled episodes' written values."""
-        shapes = _leaf_shapes(self.mapping)
-        expected_sha = {s["filename"]: s["sha256"] for s in self.ctx.ledger.get("shards", [])}
-        steps_of: dict[int, int] = {}
-        samples: dict[int, WrittenSample] = {}
-        n_nonfinite = n_bad_images = n_schema = 0
-        missing: list[str] = []
-        for name, n in shards:
-            path = join(self.dataset_dir, name)
-            if not self.fs.exists(path):
-                missing.append(name)
-                continue
-            count = 0
-            corrupt: ValueError | None = None
-            with open_sequential(self.fs, path) as raw:
-                f = HashingReader(raw)  # one pass: records parsed and the file hashed
-                try:
-                    for rec in iter_records(f):
-                        count += 1
-                        # a long episode is parsed as it streams by (its frames are never all in memory)
-                        ex = decode_example(rec.read_all()) if rec.length <= STREAM_RECORDS_OVER \
-                            else decode_example_stream(rec, big=STREAM_RECORDS_OVER // 4)
-                        rec.finish()
-                        ep_id = int(np.asarray(ex.get("episode_metadata/episode_id", [-1]))[0])
-                        T = len(ex.get("steps/is_first", []))
-                        if ep_id in steps_of:
-                            res.add("unique episodes", False, f"episode {ep_id} appears twice (shard {name})")
-                        steps_of[ep_id] = T
-                        if ep_id in self.ctx.sample_ids:
-                            samples[ep_id] = self._sample(ex, T)
-                        self._stats.add({k[len("steps/"):]: v for k, v in ex.items() if k.startswith("steps/")}, T)
-                        n_schema += self._check_schema(ex, T, shapes, ep_id, res)
-                        n_nonfinite += self._count_nonfinite(ex)
-                        n_bad_images += self._check_images(ex, T)
-                except ValueError as exc:
-                    corrupt = exc
-                sha = f.hexdigest()
-            res.shard_sha256[name] = sha
-            if name in expected_sha and expected_sha[name] != sha:
-                res.add(f"checksum {name}", False, f"shard {name} sha256 {sha[:12]}… differs from the ledger's "
-                        f"{expected_sha[name][:12]}… (modified after conversion)")
-            if corrupt is not None:
-                res.add(f"shard {name}", False, f"shard {name} is corrupt: {corrupt}")
-                continue
-            if count != n:
-                res.add(f"shard length {name}", False, f"shard {name} holds {count} episodes, dataset_info.json "
-                        f"says {n}")
+    def _listing(self) -> dict[str, int]:
+        """The dataset folder's files -> size, in one listing."""
+        try:
+            entries = self.fs.ls(self.dataset_dir, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0) for e in entries
+                if e.get("type") != "directory"}
+
+    def _check_shard_list(self, res: ValidationResult, shards: list[tuple[str, str, int]],
+                          results: dict[str, UnitResult]) -> None:
+        """Every shard dataset_info.json names exists (one listing), is in the ledger, and holds the number of
+        episodes dataset_info.json says (the unit's re-read compared the file with its ledger entry)."""
+        present = self._listing()
+        missing = [name for _, name, _ in shards if name not in present]
         res.add("shards present", not missing, f"missing shard files: {', '.join(missing)}" if missing
-                else f"{len(shards)} shard files, all readable")
-        res.add("schema", n_schema == 0, f"{n_schema} features with wrong size" if n_schema
-                else "every feature has its declared per-step size")
-        res.add("nan/inf", n_nonfinite == 0 or self.ctx.allow_nonfinite, f"NaN/Inf values: {n_nonfinite}"
-                + (" (allowed by convert.nan_policy=allow)" if n_nonfinite and self.ctx.allow_nonfinite else ""))
-        res.add("images", n_bad_images == 0, f"undecodable or mis-sized sampled images: {n_bad_images}")
-        if not any(c.name.startswith("checksum ") for c in res.checks) and expected_sha:
-            res.add("checksums", True, "every shard's sha256 equals the ledger")
-        res.set_episodes(steps_of)
-        return samples
+                else f"{len(shards)} shard files, all present")
+        for _, name, n in shards:
+            r = results.get(name)
+            if name in missing:
+                continue
+            if r is None:
+                res.add(f"shard {name}", False, f"shard {name} is not in the run's ledger")
+            elif len(r.episodes) != n:
+                res.add(f"shard length {name}", False, f"shard {name}: dataset_info.json says {n} episodes, the "
+                        f"ledger {len(r.episodes)}")
+
+    # ---- one unit ---------------------------------------------------------------------------------------------
+    def check_unit(self, r: UnitResult) -> UnitCheck:
+        """Re-read one shard (CRC-checked framing, our Example parser, hashed in the same pass): its episodes and
+        steps against the ledger entry `r`, schema, NaN/Inf, sampled images, statistics, the sampled episodes
+        against the source."""
+        c = UnitCheck(r.shard_index)
+        name = r.filename
+        if not name:
+            return c
+        shapes = _leaf_shapes(self.mapping)
+        stats = StatsAccumulator(self.mapping)
+        samples: dict[int, WrittenSample] = {}
+        count = 0
+        corrupt: ValueError | None = None
+        try:
+            raw_file = open_sequential(self.fs, join(self.dataset_dir, name))
+        except FileNotFoundError:
+            c.count("missing_files")  # named by the dataset-level listing
+            return c
+        with raw_file as raw:
+            f = HashingReader(raw)  # one pass: records parsed and the file hashed
+            try:
+                for rec in iter_records(f):
+                    count += 1
+                    # a long episode is parsed as it streams by (its frames are never all in memory)
+                    ex = decode_example(rec.read_all()) if rec.length <= STREAM_RECORDS_OVER \
+                        else decode_example_stream(rec, big=STREAM_RECORDS_OVER // 4)
+                    rec.finish()
+                    ep_id = int(np.asarray(ex.get("episode_metadata/episode_id", [-1]))[0])
+                    T = len(ex.get("steps/is_first", []))
+                    if ep_id in c.episode_steps:
+                        c.fail("unique episodes", f"episode {ep_id} appears twice (shard {name})")
+                    c.episode_steps[ep_id] = T
+                    if ep_id in self.ctx.sample_ids:
+                        samples[ep_id] = self._sample(ex, T)
+                    stats.add({k[len("steps/"):]: v for k, v in ex.items() if k.startswith("steps/")}, T)
+                    c.count("schema", self._check_schema(ex, T, shapes, ep_id, c))
+                    c.count("nonfinite", self._count_nonfinite(ex))
+                    c.count("bad_images", self._check_images(ex, T))
+            except ValueError as exc:
+                corrupt = exc
+            sha = f.hexdigest()
+        c.sha256[name] = sha
+        if r.sha256 and r.sha256 != sha:
+            c.fail(f"checksum {name}", f"shard {name} sha256 {sha[:12]}… differs from the ledger's {r.sha256[:12]}… "
+                   "(modified after conversion)")
+        if corrupt is not None:
+            c.fail(f"shard {name}", f"shard {name} is corrupt: {corrupt}")
+        elif count != len(r.episodes):
+            c.fail(f"shard length {name}", f"shard {name} holds {count} episodes, the ledger says {len(r.episodes)}")
+        elif c.episode_steps != {int(e): int(t) for e, t in r.episodes}:
+            c.fail(f"shard episodes {name}", f"shard {name}: episodes or step counts differ from the ledger's")
+        c.stats = stats.to_dict()
+        c.sampled, c.mismatches = compare_samples(self.ctx, self.mapping, samples, c.psnr)
+        return c
 
     def _sample(self, ex: dict[str, Any], T: int) -> WrittenSample:
         idx = sample_indices(T)
@@ -162,7 +204,7 @@ class RldsVerifier:
         return out
 
     def _check_schema(self, ex: dict[str, Any], T: int, shapes: dict[str, tuple[str, list[int]]], ep_id: int,
-                      res: ValidationResult) -> int:
+                      c: UnitCheck) -> int:
         bad = 0
         for key, (kind, shape) in shapes.items():
             v = ex.get(key)
@@ -170,8 +212,7 @@ class RldsVerifier:
             if v is None or len(v) != T * per:
                 bad += 1
                 if bad == 1:
-                    res.problems.append(f"episode {ep_id}: {key} has {0 if v is None else len(v)} values, "
-                                        f"expected {T * per}")
+                    c.note(f"episode {ep_id}: {key} has {0 if v is None else len(v)} values, expected {T * per}")
         return bad
 
     @staticmethod
@@ -194,24 +235,68 @@ class RldsVerifier:
         return bad
 
     # ---- tfds ------------------------------------------------------------------------------------------------
-    def _count_with_tfds(self) -> tuple[int, int]:
-        """(episodes, steps) through tfds.builder_from_directory, in the read-back child process (readback.py)."""
+    def _readback_sample(self, shards: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+        """The shards the loader reads back: `ctx.readback_shards` non-empty ones spread over the dataset (first
+        and last included; 0 = all)."""
+        full = [s for s in shards if s[2] > 0]
+        k = self.ctx.readback_shards
+        if not k or k >= len(full):
+            return full
+        if k == 1:
+            return full[:1]
+        picks = sorted({round(i * (len(full) - 1) / (k - 1)) for i in range(k)})
+        return [full[i] for i in picks]
+
+    def _count_with_tfds(self, sample: list[tuple[str, str, int]], every: bool) -> tuple[int, int]:
+        """(episodes, steps) through tfds.builder_from_directory, in the read-back child process (readback.py).
+        All shards of a local dataset: the dataset itself. A sample, or a remote dataset (tfds cannot open s3:// or
+        an emulator's gs://): a local folder holding only the sampled shards (linked when local, else copied one
+        by one: disk = the sample's size), renumbered, with dataset_info.json cut down to them."""
         child = readback_process()
-        if is_local(self.fs):
-            return child.count(os.path.abspath(self.dataset_dir), list(self._splits))
-        import tempfile  # tfds cannot open s3:// or an emulator's gs://: read a local copy (disk = the dataset's size)
+        splits = sorted({split for split, _, _ in sample}, key=self._splits.index)
+        if every and is_local(self.fs):
+            return child.count(os.path.abspath(self.dataset_dir), splits)
+        import tempfile
 
         with tempfile.TemporaryDirectory(prefix="robo-ray-readback-") as tmp:
-            self.fs.get(self.dataset_dir.rstrip("/") + "/", tmp + "/", recursive=True)
-            return child.count(tmp, list(self._splits))
+            info = json.loads(self.fs.cat_file(join(self.dataset_dir, "dataset_info.json")))
+            self.fs.get(join(self.dataset_dir, "features.json"), os.path.join(tmp, "features.json"))
+            by_split: dict[str, list[tuple[str, int]]] = {}
+            for split, name, n in sample:
+                by_split.setdefault(split, []).append((name, n))
+            kept = []
+            for sp in info["splits"]:
+                picked = by_split.get(str(sp["name"]))
+                if not picked:
+                    continue
+                for i, (name, _) in enumerate(picked):
+                    local = os.path.join(tmp, shard_filename(self.mapping.dataset_name, str(sp["name"]), i,
+                                                             len(picked)))
+                    src = join(self.dataset_dir, name)
+                    if is_local(self.fs):
+                        os.symlink(os.path.abspath(src), local)
+                    else:
+                        self.fs.get(src, local)
+                sp = dict(sp, shardLengths=[str(n) for _, n in picked])
+                sp.pop("numBytes", None)
+                kept.append(sp)
+            info["splits"] = kept
+            with open(os.path.join(tmp, "dataset_info.json"), "w", encoding="utf-8") as f:
+                json.dump(info, f)
+            return child.count(tmp, splits)
 
-    def _tfds_readback(self, res: ValidationResult) -> None:
+    def _tfds_readback(self, res: ValidationResult, shards: list[tuple[str, str, int]],
+                       results: dict[str, UnitResult]) -> None:
         if res.episodes_written == 0:  # every episode quarantined: a valid, empty dataset
             res.add("tfds read-back", True, "skipped: the dataset holds no episode (tfds refuses to build an empty "
                     "split: 'Instruction [] corresponds to no data')")
             return
+        sample = self._readback_sample(shards)
+        every = len(sample) == len([s for s in shards if s[2] > 0])
+        want_eps = sum(n for _, _, n in sample)
+        want_steps = sum(t for _, name, _ in sample for _, t in (results[name].episodes if name in results else []))
         try:
-            n_eps, n_steps = self._count_with_tfds()
+            n_eps, n_steps = self._count_with_tfds(sample, every)
         except ReadbackUnavailable:  # the default install converts and validates; the loader read-back needs the extra
             res.add("tfds read-back", True, "skipped: tensorflow-datasets is not installed (pip install "
                     "'robo-ray[tf]' to read the output back through tfds); every other check ran")
@@ -220,6 +305,8 @@ class RldsVerifier:
             res.add("tfds read-back", False, f"tfds could not read the dataset: {type(exc).__name__}: "
                     f"{str(exc).splitlines()[0][:300] if str(exc) else ''}")
             return
-        ok = n_eps == res.episodes_written and n_steps == res.steps_written
-        res.add("tfds read-back", ok, f"tfds.builder_from_directory read {n_eps} episodes / {n_steps} steps "
-                f"(splits {', '.join(self._splits)})")
+        ok = n_eps == want_eps and n_steps == want_steps
+        which = "every shard" if every else f"{len(sample)} of {len(shards)} shards (" + ", ".join(
+            name for _, name, _ in sample) + ")"
+        res.add("tfds read-back", ok, f"tfds.builder_from_directory read {n_eps} episodes / {n_steps} steps from "
+                f"{which}, expected {want_eps} / {want_steps} (splits {', '.join(sorted({s for s, _, _ in sample}))})")

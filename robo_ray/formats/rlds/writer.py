@@ -25,7 +25,7 @@ from robo_ray.images import ImageEncoder
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory
 from robo_ray.spool import BytesSpool, spool_for
-from robo_ray.stages.plan import Unit, plan_split_units
+from robo_ray.stages.plan import MAX_UNIT_EPISODES, Unit, plan_split_units
 from robo_ray.storage import discard_upload, is_local, join, open_upload, storage_error, url_of, write_text_atomic
 from robo_ray.formats.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
 from robo_ray.formats.rlds.schema import dataset_info_json, features_json, parse_shard_filename, shard_filename
@@ -178,10 +178,10 @@ class RldsWriter(Writer):
         return ["dataset_info.json"]
 
     def plan(self, refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_unit_mb: float,
-             min_units: int) -> list[Unit]:
+             min_units: int, max_unit_episodes: int = MAX_UNIT_EPISODES) -> list[Unit]:
         """Shards per source split (tfds names shards by split): each split is planned on its own, units are
         numbered across splits in the order the splits first appear; a source without splits is all `train`."""
-        return plan_split_units(refs, features, target_unit_mb, min_units)
+        return plan_split_units(refs, features, target_unit_mb, min_units, max_unit_episodes)
 
     def shard_name(self, unit: Unit) -> str:
         pos, count = unit.split_shard or (unit.index, unit.num_shards)
@@ -240,6 +240,11 @@ class RldsWriter(Writer):
             from robo_ray.formats.rlds.readback import prewarm
 
             prewarm()
+
+    def verify_unit(self, result: UnitResult, ctx: VerifyContext) -> Any:
+        from robo_ray.formats.rlds.verify import RldsVerifier
+
+        return RldsVerifier(self, ctx).check_unit(result)
 
     def verify(self, ctx: VerifyContext, res: Any) -> bool:
         from robo_ray.formats.rlds.verify import RldsVerifier
