@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="re-validate a finished output folder")
     v.add_argument("dst")
     v.add_argument("--no-tfds", action="store_true", help="skip the tfds read-back")
+    v.add_argument("--actors", type=int, help="re-read the units with Ray tasks on this many CPUs' worth of a new "
+                                              "in-process Ray instance (default: one after the other, here)")
+    v.add_argument("--address", help="re-read the units on this Ray cluster (auto | ray://host:port)")
     pb = sub.add_parser("publish", help="validate and write final_report.md, checksums, logs (and an archive)")
     pb.add_argument("dst")
     pb.add_argument("--archive", action="store_true", help="also write <name>.tar.gz of the dataset")
@@ -281,8 +284,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     out = _load_output(args.dst)
     fs, root, mapping = out["fs"], out["root"], out["mapping"]
-    res = Validator(out["writer"], out["inv"], out["reader"], out["ledger"], loader_readback=not args.no_tfds,
-                    allow_nonfinite=out["cfg"].convert.nan_policy == "allow").run()
+    check_units = None
+    if args.actors or args.address:  # the units re-read in parallel on Ray (ray_exec/verify_pass.py)
+        from robo_ray.ray_exec.executor import RayExecutor
+        from robo_ray.ray_exec.verify_pass import ray_unit_checks
+
+        executor = RayExecutor(address=args.address, num_cpus=args.actors)
+        _RAY_EXECUTORS.append(executor)
+        check_units = ray_unit_checks(executor.connect)
+    cfg = out["cfg"]
+    res = Validator(out["writer"], out["inv"], out["reader"], out["ledger"], cfg.validate_.sample_episodes,
+                    cfg.validate_.min_psnr_db, loader_readback=not args.no_tfds,
+                    allow_nonfinite=cfg.convert.nan_policy == "allow", check_units=check_units,
+                    readback_shards=cfg.validate_.readback_shards).run()
     write_validation_outputs(fs, root, res, mapping.dataset_name, 0.0)
     for c in res.checks:
         if not c.passed:

@@ -237,7 +237,7 @@ class RayExecutor:
 
     def owns_instance(self) -> bool:
         """Whether this executor started the Ray instance it runs on (rather than joining a cluster)."""
-        return bool(self._started_ray) and ray.is_initialized()
+        return bool(self._started_ray) and self._own_instance() and ray.is_initialized()
 
     def stop_now(self) -> None:
         """At the end of a process that started its own instance: kill every process under this one (Ray's head

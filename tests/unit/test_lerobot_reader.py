@@ -107,3 +107,39 @@ def test_default_mapping_names(tmp_path: Path) -> None:
     assert targets["observation.images.top"] == "observation/image_top"
     assert targets["observation.images.wrist"] == "observation/image_wrist"
     assert m.defaults.reward_source == "next.reward" and m.defaults.is_terminal_source == "next.done"
+
+
+def test_v30_episodes_read_only_their_row_groups(tmp_path: Path, monkeypatch) -> None:
+    """lerobot writes one row group per episode: a unit reads its episodes' row groups in one read, a lone episode
+    its own; the rows equal a whole-file read."""
+    from robo_ray.readers.base import BaseReader
+    from tests.fixtures.lerobot_gen import DatasetSpec, write_lerobot_dataset
+
+    src = write_lerobot_dataset(tmp_path / "src", DatasetSpec(version="v3.0", episode_lengths=[5, 6, 7, 8, 9, 10],
+                                                              cameras=[]))
+    whole = open_reader(str(src))
+    refs = whole.discover().refs
+    expected = {}
+    for r in refs:
+        whole._planned = {}
+        table = whole.last_table(r.data_path)
+        expected[r.episode_index] = whole.load_episode(r).columns["action"]
+        assert table.num_rows == sum(x.length for x in refs)
+    reads: list[object] = []
+    original = BaseReader._read_parquet
+
+    def spy(self, rel, columns=None, error=None, row_groups=None):
+        if rel.startswith("data/"):
+            reads.append(row_groups)
+        return original(self, rel, columns, **({"error": error} if error else {}), row_groups=row_groups)
+
+    monkeypatch.setattr(BaseReader, "_read_parquet", spy)
+    reader = open_reader(str(src))
+    reader.prepare(refs[2:5])  # a unit of episodes 2..4
+    for r in refs[2:5]:
+        assert (reader.load_episode(r).columns["action"] == expected[r.episode_index]).all()
+    assert reads == [[2, 3, 4]]
+    reads.clear()
+    reader.prepare([])
+    assert (reader.load_episode(refs[0]).columns["action"] == expected[0]).all()  # a lone episode: its own group
+    assert reads == [[0]]

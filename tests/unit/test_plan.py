@@ -59,3 +59,14 @@ def test_deterministic() -> None:
 
 def test_empty() -> None:
     assert plan_units([], FEATS) == []
+
+
+def test_a_many_episode_file_is_cut_into_units_of_at_most_max_unit_episodes() -> None:
+    """20,000 short episodes in one file were one unit on one worker; now units of <= max_unit_episodes."""
+    refs = [EpisodeRef(i, 20, "data/file-0.parquet") for i in range(2500)]
+    units = plan_units(refs, {}, target_shard_mb=256, min_shards=4, max_unit_episodes=1000)
+    assert [len(u.refs) for u in units] == [1000, 1000, 500]
+    assert _flat(units) == list(range(2500))
+    units = plan_units(refs, {}, target_shard_mb=256, min_shards=4, max_unit_episodes=300)
+    assert max(len(u.refs) for u in units) <= 300 and _flat(units) == list(range(2500))
+    assert len(plan_units(refs[:10], {}, 256, 4, 1000)) == 1  # a small file stays one unit
