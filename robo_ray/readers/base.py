@@ -295,8 +295,6 @@ class DatasetFiles:
     def row_group_ranges(self, rel: str, column: str) -> list[tuple[int, int]] | None:
         """(min, max) of `column` in each row group of parquet file `rel`, from the footer's statistics (no data
         read); None when a row group has no statistics or the footer cannot be read (the caller reads the file)."""
-        import pyarrow.parquet as pq
-
         try:
             with open_input(self.fs, self.path(rel)) as f:
                 meta = self._footer(rel, f)
