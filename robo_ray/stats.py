@@ -104,8 +104,12 @@ class FeatureStats:
 class StatsSet:
     """`FeatureStats` keyed by feature name; `add(values, T)` takes one episode's values (flat or (T, ...))."""
 
+    BATCH_ROWS = 4096  # episodes are buffered and added in batches: short episodes cost one numpy pass each
+
     def __init__(self, shapes: dict[str, list[int]] | None = None) -> None:
         self.features: dict[str, FeatureStats] = {k: FeatureStats(s) for k, s in (shapes or {}).items()}
+        self._pending: dict[str, list[np.ndarray]] = {}
+        self._pending_rows = 0
 
     def add(self, values: dict[str, Any], T: int) -> None:
         if T == 0:
@@ -113,9 +117,24 @@ class StatsSet:
         for key, fs in self.features.items():
             v = values.get(key)
             if isinstance(v, np.ndarray) and v.size and v.size == T * fs.size:
-                fs.add(v.reshape(T, fs.size))
+                self._pending.setdefault(key, []).append(v.reshape(T, fs.size))
+        self._pending_rows += T
+        if self._pending_rows >= self.BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Add the buffered episodes (every read of the statistics flushes first)."""
+        pending, self._pending, self._pending_rows = self._pending, {}, 0
+        for key, parts in pending.items():
+            self.features[key].add(parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.flush()
+        return dict(self.__dict__)
 
     def merge(self, other: "StatsSet") -> None:
+        self.flush()
+        other.flush()
         for key, fs in other.features.items():
             if key in self.features:
                 self.features[key].merge(fs)
@@ -124,9 +143,11 @@ class StatsSet:
 
     def summary(self) -> dict[str, Any]:
         """Per feature with at least one step: `FeatureStats.summary()`."""
+        self.flush()
         return {k: fs.summary() for k, fs in self.features.items() if fs.count}
 
     def to_dict(self) -> dict[str, Any]:
+        self.flush()
         return {k: fs.to_dict() for k, fs in self.features.items()}
 
     @classmethod

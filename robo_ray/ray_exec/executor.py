@@ -62,8 +62,8 @@ import ray
 
 from robo_ray.errors import RoboRayError, UsageError
 from robo_ray.ray_exec.faults import FaultPlan
-from robo_ray.ray_exec.worker import AttemptCounter, UnitActor, WorkerContext
-from robo_ray.stages.pipeline import (UNIT_FAILED, JobSpec, Publisher, PublishSpec, RunOutcome, quarantine_lines,
+from robo_ray.ray_exec.worker import AttemptCounter, LatePublisher, UnitActor, WorkerContext
+from robo_ray.stages.pipeline import (UNIT_FAILED, JobSpec, PublishSpec, RunOutcome, quarantine_lines,
                                       quarantine_unit)
 from robo_ray.stages.plan import Unit
 from robo_ray.stages.progress import ProgressFn, ProgressTracker
@@ -191,6 +191,7 @@ class RayExecutor:
         self._ready, self._release = threading.Event(), threading.Event()
         self._start_error: BaseException | None = None
         self._pool: list[Any] = []
+        self._publisher: Any = None  # a LatePublisher actor started by `start`, opened by `run_job`
 
     # ---- cluster ----------------------------------------------------------------------------------------------
     @property
@@ -282,6 +283,7 @@ class RayExecutor:
         try:
             cpus = self.connect()
             self._pool = self._new_actors(actors_for_mode(self.mode, cpus, self.actors), cpus)
+            self._publisher = self._new_publisher()  # its process and imports too, before the job is known
         except BaseException as exc:  # noqa: BLE001 - raised again in the driver's thread by `_join_starter`
             self._start_error = exc
         finally:
@@ -306,6 +308,13 @@ class RayExecutor:
         cls = ray.remote(UnitActor).options(num_cpus=cpus_per_actor, max_restarts=-1, max_task_retries=0,
                                             scheduling_strategy="SPREAD")
         return [cls.remote() for _ in range(n)]
+
+    def _new_publisher(self) -> Any:
+        """A Publisher actor waiting for its job (`LatePublisher.open`): named, so an operator (or a test) can
+        look at a running job: ray.get_actor(name).status.remote()."""
+        self.publisher_name = f"robo-ray-publisher-{uuid.uuid4().hex[:8]}"
+        cls = ray.remote(num_cpus=0, max_restarts=0)(LatePublisher)
+        return cls.options(name=self.publisher_name).remote()
 
     def _actors(self, n: int) -> list[Any]:
         """n actors of the pool: the ones `start` brought up (extras killed), more if needed."""
@@ -412,11 +421,9 @@ class RayExecutor:
         """Convert and publish: Publisher actor + actor pool. Returns the outcome computed by the Publisher."""
         stderr = stderr or sys.stderr
         cpus = self.connect()
-        publisher_cls = ray.remote(num_cpus=0, max_restarts=0)(Publisher)
-        # named, so an operator (or a test) can look at a running job: ray.get_actor(name).status.remote()
-        self.publisher_name = f"robo-ray-publisher-{uuid.uuid4().hex[:8]}"
-        publisher = publisher_cls.options(name=self.publisher_name).remote(spec)
+        publisher, self._publisher = self._publisher or self._new_publisher(), None
         try:
+            ray.get(publisher.open.remote(spec))
             return self._run_with_publisher(publisher, units, job, progress, stderr, cpus)
         finally:
             ray.kill(publisher)

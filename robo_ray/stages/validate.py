@@ -186,6 +186,7 @@ def loader_statistics(stats: StatsAccumulator, episodes: int, steps: int) -> dic
     `num_trajectories`. Without a state feature `proprio` is zeros of the action's size, as OpenVLA's
     get_dataset_statistics computes it (its normalization reads `proprio` unconditionally)."""
     out: dict[str, Any] = {}
+    stats.flush()
     for group, targets in stats.groups.items():
         parts = [stats.features[t] for t in targets if t in stats.features and stats.features[t].count]
         if not parts:

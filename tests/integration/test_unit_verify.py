@@ -30,7 +30,7 @@ def source(tmp_path_factory) -> Path:
     return write_lerobot_dataset(root / "src", DatasetSpec(version="v3.0", episode_lengths=LENGTHS, cameras=[]))
 
 
-def _config(src: Path, out: Path, *sets: str):
+def _config(src: Path, out: Path | str, *sets: str):
     return load_config(None, [*sets, "plan.max_unit_episodes=1"], **{"source.url": str(src), "target.url": str(out)})
 
 
@@ -154,3 +154,26 @@ def test_ray_run_leaves_no_process_behind(source: Path, tmp_path: Path) -> None:
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_remote_readback_copies_only_the_sample(source: Path, monkeypatch) -> None:
+    """An object-store output is not copied whole for the tfds read-back: only the sampled shards are fetched."""
+    import fsspec
+
+    fetched: list[str] = []
+    fs_cls = type(fsspec.filesystem("memory"))
+    original = fs_cls.get
+
+    def spy(self, rpath, lpath, *args, **kwargs):
+        fetched.append(str(rpath))
+        return original(self, rpath, lpath, *args, **kwargs)
+
+    monkeypatch.setattr(fs_cls, "get", spy)
+    out = f"memory://unit-verify-{os.getpid()}/out"
+    outcome = run_pipeline(_config(source, out, "validate.readback_shards=1"), stderr=open(os.devnull, "w"))
+    assert outcome.exit_code == 0, outcome.message
+    report = fsspec.open(f"{out}/validation_report.md", "rt").open().read()
+    row = next(line for line in report.splitlines() if line.startswith("| tfds read-back |"))
+    assert "| ✅ |" in row and f"from 1 of {len(LENGTHS)} shards" in row
+    shards = [p for p in fetched if ".tfrecord-" in p]
+    assert len(shards) == 1 and shards[0].endswith("-00000-of-00006"), fetched
