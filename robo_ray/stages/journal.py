@@ -5,14 +5,16 @@ ledger.json, written in O(total) bytes on every filesystem (issue #14).
   a second (what `tail -f` and an operator see live).
 * Object stores have no append, and rewriting a growing file per unit is quadratic: each recorded unit is one small
   object `journal/unit-<index>.json` (its result row and its progress lines); ledger.json is written when the run
-  starts and when it ends. At the end the parts are merged into progress.jsonl (one streamed upload, the previous
-  run's lines first) and deleted. A resume reads ledger.json plus the parts left by a killed run (`read_ledger`).
+  starts and when it ends. At the end the parts are merged into progress.jsonl (one streamed upload to a temporary
+  name, the previous run's lines copied first in 4 MB pieces, then moved over it) and deleted. A resume reads ledger.json plus the parts left by a killed run (`read_ledger`).
 """
 from __future__ import annotations
 
 import json
 import os
 import posixpath
+import shutil
+import uuid
 from typing import Any
 
 from robo_ray.storage import is_local, join, storage_error, url_of, write_text_atomic
@@ -20,6 +22,7 @@ from robo_ray.storage import is_local, join, storage_error, url_of, write_text_a
 JOURNAL_DIR = "journal"
 PROGRESS_NAME = "progress.jsonl"
 LEDGER_NAME = "ledger.json"
+COPY_CHUNK = 4 << 20  # the merge streams the previous progress.jsonl in pieces of this size
 
 
 def part_name(unit_index: int) -> str:
@@ -63,13 +66,16 @@ class Journal:
         if not parts:
             return
         url = url_of(self.fs, self.progress_path)
+        merged = f"{self.progress_path}.tmp-{uuid.uuid4().hex[:8]}"
         try:
-            old = self.fs.cat_file(self.progress_path) if self.fs.exists(self.progress_path) else b""
-            with self.fs.open(self.progress_path, "wb") as out:
-                out.write(old)
+            with self.fs.open(merged, "wb") as out:
+                if self.fs.exists(self.progress_path):  # a resumed run's earlier lines, streamed (never whole)
+                    with self.fs.open(self.progress_path, "rb") as old:
+                        shutil.copyfileobj(old, out, COPY_CHUNK)
                 for path in parts:
                     lines = _read_part(self.fs, path).get("progress") or []
                     out.write("".join(f"{x}\n" for x in lines).encode("utf-8"))
+            self.fs.mv(merged, self.progress_path)
             self.fs.rm(parts)
         except Exception as exc:  # noqa: BLE001 - one line naming the URL
             raise storage_error(exc, url, "writing", self.fs) from exc
