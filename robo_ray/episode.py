@@ -182,6 +182,7 @@ class Frames:
         self.shape = tuple(shape)  # HxWxC of the mapping (after a resize)
         self.dtype = dtype
         self._items: Iterator[FrameItem] | None = items
+        self._source: Iterator[FrameItem] | None = items  # kept for `close`, also once iteration began
 
     def __len__(self) -> int:
         return self.length
@@ -197,8 +198,9 @@ class Frames:
         return items
 
     def close(self) -> None:
-        """Stop producing (closes a video generator mid-stream)."""
-        items, self._items = self._items, None
+        """Stop producing (closes a video generator mid-stream, or stops a decoding thread), also when the writer
+        stopped iterating early."""
+        items, self._items, self._source = self._source, None, None
         close = getattr(items, "close", None)
         if close is not None:
             close()

@@ -99,6 +99,15 @@ class Activity(threading.local):
     def bind(self, cancelled: threading.Event | None) -> None:
         self._cancelled = cancelled
 
+    def export(self) -> dict[str, Any]:
+        """This thread's state, for a helper thread working for it (`adopt`)."""
+        return dict(self.__dict__)
+
+    def adopt(self, state: dict[str, Any]) -> None:
+        """Act for the thread whose `export` this is (a camera's decoding thread): its reports go to the same
+        watchdog (naming the file this thread blocks on), and it is abandoned with it."""
+        self.__dict__.update(state)
+
     def report(self, sink: Callable[[dict[str, Any]], None] | None, interval: float = 1.0) -> None:
         """Send this thread's snapshots to `sink` (None: stop)."""
         if self._reporter is not None:

@@ -8,6 +8,8 @@ consumes it) and hands it to the writer's unit sink. It names no format: the wri
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -39,6 +41,7 @@ class ConvertOptions:
     video_tolerance_s: float = 1e-4
     nan_policy: str = "quarantine"  # quarantine | fail | allow
     decoder_threads: int = 1
+    decode_ahead: int = 8  # frames a camera's decoding thread may run ahead of the writer (0: no thread)
     source_storage_options: dict[str, Any] = field(default_factory=dict)
     target_storage_options: dict[str, Any] = field(default_factory=dict)
     source_options: dict[str, Any] = field(default_factory=dict)  # the reader's keywords (config source.options)
@@ -227,7 +230,10 @@ class UnitConverter:
         ref = ep.videos.get(fm.source)
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
-        return Frames(ep.length, self._decode_video(ep, fm, ref), shape, fm.dtype)
+        frames = self._decode_video(ep, fm, ref)
+        if self.options.decode_ahead:  # decoded in a thread while the writer encodes (both release the GIL)
+            frames = DecodeAhead(frames, self.options.decode_ahead)
+        return Frames(ep.length, frames, shape, fm.dtype)
 
     def _open_video(self, ep: Episode, fm: FieldMap, ref: VideoRef) -> Any:
         path = ref.path
@@ -290,6 +296,71 @@ class UnitConverter:
         close_reader = getattr(self.reader, "close", None) if self._owns_reader else None
         if close_reader is not None:
             close_reader()
+
+
+class DecodeAhead(Iterator[Any]):
+    """A camera's frame generator run in its own thread, up to `depth` frames ahead of the writer: PyAV's decoding
+    and the writer's JPEG encoding both release the GIL, so one converting process decodes one camera (or several,
+    one thread each: they start when the episode is built) while it encodes another frame. The generator's errors
+    (FrameCountMismatch, TimestampMismatch, ...) reach the writer where they would have without the thread; `close`
+    stops the thread and closes the generator in it (the video stream's position is then dropped, as before)."""
+
+    _END = object()
+
+    def __init__(self, frames: Iterator[Any], depth: int) -> None:
+        self._frames = frames
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._done = False
+        self._activity = ACTIVITY.export()  # the decoding thread reports to the converting thread's watchdog
+        self._thread = threading.Thread(target=self._produce, name="robo-ray-decode", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        ACTIVITY.adopt(self._activity)
+        try:
+            for frame in self._frames:
+                if not self._put((frame, None)):
+                    break
+            else:
+                self._put((self._END, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put((None, exc))
+        finally:
+            if self._stop.is_set():
+                self._frames.close()  # GeneratorExit in the generator, in the thread that runs it
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        item, exc = self._queue.get()
+        if exc is not None:
+            self._done = True
+            raise exc
+        if item is self._END:
+            self._done = True
+            raise StopIteration
+        ACTIVITY.beat()  # the decoding thread's progress is reported by the converting thread (the watchdog's)
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._done = True
+        while self._thread.is_alive():
+            try:  # unblock a producer waiting on a full queue
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self._thread.join()
 
 
 def _beat(item: Any) -> Any:

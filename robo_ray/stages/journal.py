@@ -68,6 +68,8 @@ class Journal:
         url = url_of(self.fs, self.progress_path)
         merged = f"{self.progress_path}.tmp-{uuid.uuid4().hex[:8]}"
         try:
+            for stale in self.fs.glob(f"{self.progress_path}.tmp-*"):  # a merge cut by a kill
+                self.fs.rm(stale)
             with self.fs.open(merged, "wb") as out:
                 if self.fs.exists(self.progress_path):  # a resumed run's earlier lines, streamed (never whole)
                     with self.fs.open(self.progress_path, "rb") as old:

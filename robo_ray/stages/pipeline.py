@@ -77,7 +77,8 @@ UNIT_FAILED = "EP901"  # the unit raised on every attempt, or the executor lost 
 UNIT_TIMED_OUT = "EP902"  # a read made no progress / the unit ran over its time (robo_ray/watchdog.py)
 UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT)
 # config keys that change how a run is supervised, not what it writes: a --resume may change them
-EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"), ("target", "shared"))
+EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"), ("convert", "decode_ahead"),
+                  ("target", "shared"))
 
 
 def _now() -> str:
@@ -675,6 +676,7 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
 
     options = ConvertOptions(video_tolerance_s=cfg.convert.video_tolerance_s, nan_policy=cfg.convert.nan_policy,
                              decoder_threads=cfg.convert.decoder_threads,
+                             decode_ahead=cfg.convert.decode_ahead,
                              source_storage_options=cfg.source.storage_options,
                              target_storage_options=cfg.target.storage_options,
                              source_options=dict(cfg.source.options))
