@@ -112,8 +112,8 @@ def _serve() -> None:
 
 def _count(tfds: Any, builder: Any, splits: list[str]) -> dict[str, int]:
     eps = steps = 0
-    for split in splits:
-        if not builder.info.splits[split].num_examples:
+    for split in splits:  # a split, or a slice of one ("train[0:1000]": tfds reads only the shards it spans)
+        if not builder.info.splits[split.split("[", 1)[0]].num_examples:
             continue  # tfds cannot build an empty split
         for ep in builder.as_dataset(split=split, decoders={"steps": tfds.decode.SkipDecoding()}):
             eps += 1

@@ -249,13 +249,13 @@ class RldsVerifier:
 
     def _count_with_tfds(self, sample: list[tuple[str, str, int]], every: bool) -> tuple[int, int]:
         """(episodes, steps) through tfds.builder_from_directory, in the read-back child process (readback.py).
-        All shards of a local dataset: the dataset itself. A sample, or a remote dataset (tfds cannot open s3:// or
-        an emulator's gs://): a local folder holding only the sampled shards (linked when local, else copied one
-        by one: disk = the sample's size), renumbered, with dataset_info.json cut down to them."""
+        A local dataset is read in place (a sample: as split slices, so tfds opens only the sampled shards). A
+        remote one (tfds cannot open s3:// or an emulator's gs://): a local folder holding only the sampled shards,
+        copied one by one (disk = the sample's size), renumbered, with dataset_info.json cut down to them."""
         child = readback_process()
         splits = sorted({split for split, _, _ in sample}, key=self._splits.index)
-        if every and is_local(self.fs):
-            return child.count(os.path.abspath(self.dataset_dir), splits)
+        if is_local(self.fs):  # the dataset itself; a sample as slices of its splits (tfds opens only their shards)
+            return child.count(os.path.abspath(self.dataset_dir), splits if every else self._slices(sample))
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="robo-ray-readback-") as tmp:
@@ -272,11 +272,7 @@ class RldsVerifier:
                 for i, (name, _) in enumerate(picked):
                     local = os.path.join(tmp, shard_filename(self.mapping.dataset_name, str(sp["name"]), i,
                                                              len(picked)))
-                    src = join(self.dataset_dir, name)
-                    if is_local(self.fs):
-                        os.symlink(os.path.abspath(src), local)
-                    else:
-                        self.fs.get(src, local)
+                    self.fs.get(join(self.dataset_dir, name), local)
                 sp = dict(sp, shardLengths=[str(n) for _, n in picked])
                 sp.pop("numBytes", None)
                 kept.append(sp)
@@ -284,6 +280,18 @@ class RldsVerifier:
             with open(os.path.join(tmp, "dataset_info.json"), "w", encoding="utf-8") as f:
                 json.dump(info, f)
             return child.count(tmp, splits)
+
+    def _slices(self, sample: list[tuple[str, str, int]]) -> list[str]:
+        """tfds split slices ("train[a:b]") covering exactly the sampled shards' episodes."""
+        info = json.loads(self.fs.cat_file(join(self.dataset_dir, "dataset_info.json")))
+        first: dict[str, int] = {}
+        for sp in info["splits"]:
+            at = 0
+            for i, n in enumerate(sp["shardLengths"]):
+                name = shard_filename(self.mapping.dataset_name, str(sp["name"]), i, len(sp["shardLengths"]))
+                first[name] = at
+                at += int(n)
+        return [f"{split}[{first[name]}:{first[name] + n}]" for split, name, n in sample]
 
     def _tfds_readback(self, res: ValidationResult, shards: list[tuple[str, str, int]],
                        results: dict[str, UnitResult]) -> None:
