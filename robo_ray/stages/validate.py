@@ -19,7 +19,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, Callable, ClassVar, Iterable, Iterator, TypeVar
 
 import numpy as np
 
@@ -270,6 +270,20 @@ def sample_ids(refs: list[EpisodeRef], sample_episodes: int) -> set[int]:
         step = len(ids) / sample_episodes
         ids = [ids[int(k * step)] for k in range(sample_episodes)]
     return set(ids)
+
+
+ItemT = TypeVar("ItemT")
+
+
+def spread_sample(items: list[ItemT], k: int) -> list[ItemT]:
+    """`k` of `items` spread evenly, the first and the last included (0, or k >= len: all): the units a loader's
+    read-back reads (`VerifyContext.readback_shards`)."""
+    if not k or k >= len(items):
+        return list(items)
+    if k == 1:
+        return items[:1]
+    picks = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
+    return [items[i] for i in picks]
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,27 @@
-"""The ORTF half of Validate: re-read every file of every unit in the ledger (sha256 against the ledger, steps.parquet
-schema and rows per episode, NaN/Inf, each camera MP4's frame count and size from its index plus its first frame
-decoded; first/middle/last frames of the sampled episodes, handed with their rows to the neutral comparison with the
-source), the meta/ files (episodes.parquet, tasks.jsonl, stats.json and manifest.json consistent with the steps and
-equal to what the ledger's units give), then the paired reader's read-back.
+"""The ORTF half of Validate, in two halves (robo_ray/writers/base.py, the per-unit contract).
 
-Problems are collected per file: a damaged file is one failed check (`file <name>: ...`) naming it, and checks that
-could only repeat it (the read-back) are skipped."""
+Per unit (`check_unit`, on the worker right after the commit, or in a validation pass over an existing output): every
+file of the unit re-read and hashed (sha256 and size against the unit's result), steps.parquet's schema, rows per
+episode (contiguous, step_index 0..n-1, as many as the result says), per-step task ids within the unit's task list,
+NaN/Inf, statistics of the written values, each camera MP4's frame count and size from its index plus its first frame
+decoded; first/middle/last frames of the sampled episodes, handed with their rows to the neutral comparison with the
+source (the language through the unit's own task list, `extra["step_tasks"]` / the episode rows: no meta/ file
+is needed on a worker).
+
+Per dataset (`run`): meta/manifest.json (the commit), every file of the ledger's units present with its size (one
+listing per folder), the units' digests against the ledger (a chunk finalize renumbered is re-hashed), the meta/
+files (episodes.parquet, tasks.jsonl, stats.json and manifest.json consistent with the units' checks and equal to
+what the ledger's units give), the merged unit checks, then the paired reader's read-back of a sample of chunks.
+
+Problems are collected per file: a damaged file is one failed check (`file <name>: ...`) naming it, whether a unit's
+re-read or a dataset-level check found it, and checks that could only repeat it (the read-back) are skipped."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
+import posixpath
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -21,9 +32,9 @@ import pyarrow.parquet as pq
 
 from robo_ray.episode import png_bytes
 from robo_ray.images import decode_image
-from robo_ray.stages.validate import (StatsAccumulator, ValidationResult, WrittenSample, sample_checks,
-                                      sample_indices)
-from robo_ray.storage import join, open_sequential, sha256_file
+from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
+                                      compare_samples, sample_indices, spread_sample)
+from robo_ray.storage import HashingReader, join, open_sequential, sha256_file
 from robo_ray.writers.base import UnitResult, VerifyContext
 
 from robo_ray.formats.ortf.writer import (EPISODES, MANIFEST, STATS, TASKS, chunk_name, episode_id, episodes_schema,
@@ -32,20 +43,25 @@ from robo_ray.formats.ortf.writer import (EPISODES, MANIFEST, STATS, TASKS, chun
 if TYPE_CHECKING:
     from robo_ray.formats.ortf.writer import OrtfWriter
 
+MAX_FILE_PROBLEMS = 5  # problems named per file (the rest counted): a unit's check stays small
+
+
+def _file_detail(msgs: list[str]) -> str:
+    more = len(msgs) - MAX_FILE_PROBLEMS
+    return "; ".join(msgs[:MAX_FILE_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+
 
 class OrtfVerifier:
-    """One verification pass over an ORTF dataset written by OrtfWriter."""
+    """Verification of an ORTF dataset written by OrtfWriter: `check_unit` re-reads one unit's files (on the worker
+    that wrote it, or in a validation pass), `run` does the dataset-level checks over the merged unit checks."""
 
     def __init__(self, writer: "OrtfWriter", ctx: VerifyContext) -> None:
         self.writer, self.ctx = writer, ctx
         self.fs, self.mapping, self.layout = writer.fs, writer.mapping, writer.layout
         self.root = writer.dataset_dir
         self.bad: dict[str, list[str]] = {}  # file -> its problems (one failed check each)
-        self._stats = StatsAccumulator(self.mapping)
-        self.n_nonfinite = 0
         self.meta: dict[str, bytes | None] = {}  # meta/ files as read (once)
-        self.rate = Fraction(1)
-        self.n_videos = 0
+        self._rate: Fraction | None = None
 
     def problem(self, name: str, msg: str) -> None:
         self.bad.setdefault(name, []).append(msg)
@@ -53,14 +69,12 @@ class OrtfVerifier:
     def path(self, rel: str) -> str:
         return join(self.root, rel)
 
-    # ---- the pass ----------------------------------------------------------------------------------------------
+    # ---- the dataset ---------------------------------------------------------------------------------------------
     def run(self, res: ValidationResult) -> bool:
         """Verify; returns whether the dataset is committed (a valid meta/manifest.json)."""
         manifest = self._check_manifest(res)
         if manifest is None:
             return False
-        hz = manifest["action_space"].get("control_frequency_hz")
-        self.rate = Fraction(hz if isinstance(hz, (int, float)) and hz > 0 else 1).limit_denominator(1001)
         for name in (EPISODES, TASKS, STATS):
             p = self.path(name)
             self.meta[name] = self.fs.cat_file(p) if self.fs.exists(p) else None
@@ -70,31 +84,55 @@ class OrtfVerifier:
                 res.shard_sha256[name] = hashlib.sha256(self.meta[name]).hexdigest()
         res.shard_sha256[MANIFEST] = hashlib.sha256(self.meta[MANIFEST] or b"").hexdigest()
         results = sorted(self.ctx.results(), key=lambda r: r.shard_index)
-        samples: dict[int, WrittenSample] = {}
-        steps_of: dict[int, int] = {}
+        checks = self.ctx.unit_checks
+        if checks is None:  # a caller that did not go through Validator: re-read every unit here
+            checks = UnitChecks(self.mapping)
+            for r in results:
+                checks.add(self.check_unit(r))
+        # the units' own failures per file, merged below with what the dataset-level checks find in the same file
+        unit_bad: dict[str, list[str]] = {}
+        others: list[tuple[str, str]] = []
+        for check_name, detail in checks.failures:
+            if check_name.startswith("file "):
+                unit_bad.setdefault(check_name[len("file "):], []).append(detail)
+            else:
+                others.append((check_name, detail))
         tasks = self._read_tasks()
-        n_files = 0
-        for r in results:
-            n_files += len(r.all_files())
-            steps_of.update(self._check_unit(r, tasks, samples, res))
+        self._check_present(results)
+        rehashed = self._check_digests(results, checks, set(unit_bad))
+        self._check_step_tasks(results, tasks)
+        steps_of = checks.episode_steps
         self._check_episodes(results, steps_of, tasks)
         self._check_rebuild(results, manifest)
         self._check_manifest_counts(manifest, steps_of)
+
+        merged = copy.copy(checks)  # the neutral merge, without the file failures named here
+        merged.failures = others
+        merged.apply(res, self.ctx.min_psnr_db)
+        res.shard_sha256.update(rehashed)
+        res.problems += checks.notes
+        for name, msgs in unit_bad.items():
+            self.bad[name] = msgs + self.bad.get(name, [])
         for name in sorted(self.bad):
-            res.add(f"file {name}", False, "; ".join(self.bad[name]))
-        if not any(n in self.bad for r in results for n, _, _ in r.all_files()) and results:
-            res.add("checksums", True, f"{n_files} unit files, each with the ledger's size and sha256")
-        if self.n_videos and not any(n.endswith(".mp4") for n in self.bad):
-            res.add("videos", True, f"{self.n_videos} MP4s: frame counts and sizes as the steps, first frames decode")
-        res.add("nan/inf", self.n_nonfinite == 0 or self.ctx.allow_nonfinite, f"NaN/Inf values: {self.n_nonfinite}"
-                + (" (allowed by convert.nan_policy=allow)" if self.n_nonfinite and self.ctx.allow_nonfinite else ""))
-        res.set_episodes(steps_of)
-        res.set_statistics(self._stats)
-        sample_checks(self.ctx, self.mapping, samples, res)
-        if self.bad:
+            res.add(f"file {name}", False, _file_detail(self.bad[name]))
+        n = checks.counts
+        named = sum(1 for name in unit_bad)
+        if n.get("damaged_files", 0) > named:  # beyond what the units' capped failures name
+            res.add("damaged files", False, f"{n['damaged_files']} damaged unit files, {named} named above")
+        n_files = sum(len(r.all_files()) for r in results)
+        unit_files = {name for r in results for name, _, _ in r.all_files()}
+        if results and not unit_files & set(self.bad):
+            res.add("checksums", True, f"{n_files} unit files, each with the ledger's size and sha256 (re-read "
+                    "after its commit)")
+        if n.get("videos") and not any(name.endswith(".mp4") for name in self.bad):
+            res.add("videos", True, f"{n['videos']} MP4s: frame counts and sizes as the steps, first frames decode")
+        nonfinite = n.get("nonfinite", 0)
+        res.add("nan/inf", nonfinite == 0 or self.ctx.allow_nonfinite, f"NaN/Inf values: {nonfinite}"
+                + (" (allowed by convert.nan_policy=allow)" if nonfinite and self.ctx.allow_nonfinite else ""))
+        if self.bad or others:
             res.add("ortf read-back", True, "skipped: damaged files are named above")
         else:
-            self._readback(res)
+            self._readback(res, results)
         return True
 
     # ---- manifest (the commit) ---------------------------------------------------------------------------------
@@ -116,38 +154,134 @@ class OrtfVerifier:
         return manifest
 
     def _unfinished(self) -> str:
-        """The planned units the ledger does not hold as committed (their files)."""
+        """The planned units the ledger does not hold as committed (their files, by listing)."""
         n = int(self.ctx.ledger.get("num_shards") or 0)
-        done = {r.shard_index for r in self.ctx.results() if self.writer.is_committed(r, verify_sha256=False)}
+        results = self.ctx.results()
+        listed = self._listing({name for r in results for name, _, _ in r.all_files()})
+        done = {r.shard_index for r in results if all(listed.get(name) == size for name, size, _ in r.all_files())}
         missing = [f"data/{chunk_name(i, n)}/steps.parquet" for i in range(n) if i not in done]
         return f"; units not committed: {', '.join(missing[:20])}" if missing else ""
 
-    # ---- one unit ------------------------------------------------------------------------------------------------
-    def _sha_ok(self, name: str, size: int, digest: str, res: ValidationResult) -> bool:
-        p = self.path(name)
-        if not self.fs.exists(p):
-            self.problem(name, "missing")
-            return False
-        got = sha256_file(self.fs, p)
-        res.shard_sha256[name] = got
-        if got != digest or self.fs.size(p) != size:
-            self.problem(name, f"sha256 {got[:12]}… differs from the ledger's {digest[:12]}… (modified after "
-                         "conversion)")
-            return False
-        return True
+    # ---- files present, digests --------------------------------------------------------------------------------
+    def _listing(self, rels: set[str]) -> dict[str, int]:
+        """Which of the dataset-relative files `rels` exist, with their sizes: one listing per folder (not one
+        existence call per file); a missing folder means its files are missing."""
+        by_folder: dict[str, set[str]] = {}
+        for rel in rels:
+            by_folder.setdefault(posixpath.dirname(rel), set()).add(posixpath.basename(rel))
+        out: dict[str, int] = {}
+        for folder, names in by_folder.items():
+            try:
+                entries = self.fs.ls(self.path(folder) if folder else self.root, detail=True)
+            except FileNotFoundError:
+                continue
+            for e in entries:
+                base = e["name"].rstrip("/").rsplit("/", 1)[-1]
+                if base in names and e.get("type") != "directory":
+                    out[posixpath.join(folder, base)] = int(e.get("size") or 0)
+        return out
 
-    def _check_unit(self, r: UnitResult, tasks: list[str], samples: dict[int, WrittenSample],
-                    res: ValidationResult) -> dict[int, int]:
-        """The unit's files; returns {episode index: steps} as read (the ledger's counts where a file is bad)."""
+    def _check_present(self, results: list[UnitResult]) -> None:
+        """Every file of every unit in the ledger exists with the ledger's size."""
+        want = {name: size for r in results for name, size, _ in r.all_files()}
+        listed = self._listing(set(want))
+        for name, size in want.items():
+            got = listed.get(name)
+            if got is None:
+                self.problem(name, "missing")
+            elif got != size:
+                self.problem(name, f"{got} bytes, the ledger says {size} (modified after conversion)")
+
+    def _check_digests(self, results: list[UnitResult], checks: UnitChecks, named: set[str]) -> dict[str, str]:
+        """Each unit's re-read digests against the ledger. A chunk whose per-step task ids finalize rewrote after
+        the worker's re-read (`extra["renumbered_from"]`: the digest finalize read) is hashed again here; returns
+        those digests."""
+        out: dict[str, str] = {}
+        for r in results:
+            for name, _size, digest in r.all_files():
+                got = checks.sha256.get(name)
+                if got is None or got == digest or name in self.bad:
+                    continue  # not re-read (missing: named by the listing), or as the ledger says
+                if name == r.filename and r.extra.get("renumbered_from") == got:
+                    now = sha256_file(self.fs, self.path(name))
+                    out[name] = now
+                    if now != digest:
+                        self.problem(name, f"sha256 {now[:12]}… differs from the ledger's {digest[:12]}… (modified "
+                                     "after conversion)")
+                elif name not in named:
+                    self.problem(name, f"re-read after its commit with sha256 {got[:12]}…, the ledger says "
+                                 f"{digest[:12]}…")
+        return out
+
+    # ---- one unit ------------------------------------------------------------------------------------------------
+    def check_unit(self, r: UnitResult) -> UnitCheck:
+        """Re-read one unit's files (see the module docstring); `r` is the unit's result (its ledger entry)."""
+        c = UnitCheck(r.shard_index)
+        bad: dict[str, list[str]] = {}
+        missing: set[str] = set()
+        stats = StatsAccumulator(self.mapping)
+        samples: dict[int, WrittenSample] = {}
+        data: bytes | None = None
+        for name, size, digest in r.all_files():
+            got = self._read_file(name, size, digest, c, bad, keep=name == r.filename)
+            if got is None:
+                missing.add(name)
+            elif name == r.filename:
+                data = got
+        c.count("files", len(r.all_files()))
+        if r.filename:
+            c.episode_steps = dict(r.episodes)
+            if data is not None:
+                c.episode_steps = self._check_steps(r, data, c, bad, missing, stats, samples)
+        for name, msgs in bad.items():
+            c.fail(f"file {name}", _file_detail(msgs))
+        c.count("damaged_files", len(bad))
+        c.count("missing_files", len(missing))  # named by the dataset-level listing
+        c.stats = stats.to_dict()
+        c.sampled, c.mismatches = compare_samples(self.ctx, self.mapping, samples, c.psnr)
+        return c
+
+    def _read_file(self, name: str, size: int, digest: str, c: UnitCheck, bad: dict[str, list[str]],
+                   keep: bool) -> bytes | None:
+        """Hash one file of the unit (its bytes returned when `keep`, b"" otherwise); None when it is missing."""
+        p = self.path(name)
+        try:
+            if keep:
+                raw = self.fs.cat_file(p)
+                got, n = hashlib.sha256(raw).hexdigest(), len(raw)
+            else:
+                raw = b""
+                with open_sequential(self.fs, p) as f:
+                    counter = _Counting(f)
+                    got = HashingReader(counter).hexdigest()
+                    n = counter.n
+        except FileNotFoundError:
+            return None
+        c.sha256[name] = got
+        if got != digest or n != size:
+            bad.setdefault(name, []).append(f"sha256 {got[:12]}… ({n} bytes) differs from the ledger's "
+                                            f"{digest[:12]}… ({size} bytes) (modified after conversion)")
+        return raw
+
+    def _check_steps(self, r: UnitResult, data: bytes, c: UnitCheck, bad: dict[str, list[str]], missing: set[str],
+                     stats: StatsAccumulator, samples: dict[int, WrittenSample]) -> dict[int, int]:
+        """steps.parquet and the episodes' videos; returns {episode index: steps} as read (the result's counts where
+        the file is bad)."""
         ledger_steps = dict(r.episodes)
         rows = {int(e["index"]): e for e in r.extra.get("episodes", [])}
-        for name, size, digest in r.all_files():
-            self._sha_ok(name, size, digest, res)
-        if not r.filename:
-            return {}
-        table = self._read_steps(r)
+
+        def problem(msg: str) -> None:
+            bad.setdefault(r.filename, []).append(msg)
+
+        table = self._read_steps(r, data, c, problem)
         if table is None:
             return ledger_steps
+        step_tasks = list(r.extra.get("step_tasks") or [])
+        if "task_id" in table.column_names:
+            tids = table["task_id"].to_numpy(zero_copy_only=False)
+            if len(tids) and (tids.min() < 0 or tids.max() >= len(step_tasks)):
+                problem(f"task_id values {int(tids.min())}..{int(tids.max())} outside the unit's "
+                        f"{len(step_tasks)} tasks")
         ids = table["episode_id"].to_numpy(zero_copy_only=False)
         out: dict[int, int] = {}
         bounds: dict[str, tuple[int, int]] = {}
@@ -157,39 +291,37 @@ class OrtfVerifier:
                 bounds[str(ids[start])] = (start, k)
                 start = k
         if len(bounds) != len(set(ids.tolist())):
-            self.problem(r.filename, "an episode's rows are not contiguous")
+            problem("an episode's rows are not contiguous")
             return ledger_steps
         for ep, n in r.episodes:
             key = episode_id(ep)
             lo, hi = bounds.pop(key, (0, 0))
             if hi - lo != n:
-                self.problem(r.filename, f"episode {key} has {hi - lo} rows, the ledger says {n}")
+                problem(f"episode {key} has {hi - lo} rows, the ledger says {n}")
                 continue
             part = table.slice(lo, n)
             if not np.array_equal(part["step_index"].to_numpy(), np.arange(n)):
-                self.problem(r.filename, f"episode {key}: step_index is not 0..{n - 1}")
+                problem(f"episode {key}: step_index is not 0..{n - 1}")
             values = self._values(part)
-            self._stats.add(values, n)
-            self._check_videos(r, ep, n, rows.get(ep, {}), samples, part, values, tasks)
+            stats.add(values, n)
+            self._check_videos(r, ep, n, rows.get(ep, {}), c, bad, missing, samples, part, values, step_tasks)
             out[ep] = n
         if bounds:
-            self.problem(r.filename, f"rows of episodes the ledger does not list: {sorted(bounds)[:5]}")
-        return out if not self.bad.get(r.filename) else ledger_steps
+            problem(f"rows of episodes the ledger does not list: {sorted(bounds)[:5]}")
+        return out if not bad.get(r.filename) else ledger_steps
 
-    def _read_steps(self, r: UnitResult) -> pa.Table | None:
+    def _read_steps(self, r: UnitResult, data: bytes, c: UnitCheck, problem: Callable[[str], None]) -> pa.Table | None:
         try:
-            table = pq.read_table(io.BytesIO(self.fs.cat_file(self.path(r.filename))))
-        except FileNotFoundError:
-            return None
+            table = pq.read_table(io.BytesIO(data))
         except (pa.ArrowException, OSError, ValueError) as exc:
-            self.problem(r.filename, f"unreadable parquet ({str(exc).splitlines()[0][:200]})")
+            problem(f"unreadable parquet ({str(exc).splitlines()[0][:200]})")
             return None
         want = steps_schema(self.mapping, self.layout, "task_id" in table.column_names)
         if not table.schema.equals(want):
             got = {f.name: str(f.type) for f in table.schema}
             diff = [f"{f.name}: {got.get(f.name, 'missing')} (want {f.type})" for f in want
                     if got.get(f.name) != str(f.type)] + [f"{n}: unexpected" for n in got if n not in want.names]
-            self.problem(r.filename, f"schema differs: {'; '.join(diff[:5])}")
+            problem(f"schema differs: {'; '.join(diff[:5])}")
             return None
         n_bad = 0
         for col in table.columns:
@@ -198,7 +330,7 @@ class OrtfVerifier:
                 flat = col.combine_chunks()
                 arr = (flat.flatten() if pa.types.is_fixed_size_list(col.type) else flat).to_numpy(zero_copy_only=False)
                 n_bad += int((~np.isfinite(arr)).sum())
-        self.n_nonfinite += n_bad
+        c.count("nonfinite", n_bad)
         return table
 
     def _values(self, part: pa.Table) -> dict[str, np.ndarray]:
@@ -214,21 +346,27 @@ class OrtfVerifier:
         return out
 
     # ---- videos --------------------------------------------------------------------------------------------------
-    def _check_videos(self, r: UnitResult, ep: int, n: int, row: dict[str, Any], samples: dict[int, WrittenSample],
-                      part: pa.Table, values: dict[str, np.ndarray], tasks: list[str]) -> None:
+    def _check_videos(self, r: UnitResult, ep: int, n: int, row: dict[str, Any], c: UnitCheck,
+                      bad: dict[str, list[str]], missing: set[str], samples: dict[int, WrittenSample],
+                      part: pa.Table, values: dict[str, np.ndarray], step_tasks: list[str]) -> None:
         sampled = ep in self.ctx.sample_ids
         idx = sample_indices(n)
         written = WrittenSample(n) if sampled else None
         files = row.get("videos", {})
         for cam, fm in self.layout.cameras.items():
             rel = files.get(cam) or self.writer.video_rel(cam, r.extra.get("chunk", ""), ep)
-            if rel in self.bad:
-                written = None  # damaged (named): no comparison of this episode
+            if rel in bad or rel in missing:
+                written = None  # damaged or missing (named): no comparison of this episode
                 continue
             try:
+                c.count("videos")
                 frames = self._video_frames(rel, n, fm.shape[:2], idx if sampled else [0])
+            except FileNotFoundError:
+                missing.add(rel)  # not a file of the unit's result, or gone since: named by the listing
+                written = None
+                continue
             except (av.error.FFmpegError, OSError, ValueError) as exc:
-                self.problem(rel, str(exc).splitlines()[0][:300])
+                bad.setdefault(rel, []).append(str(exc).splitlines()[0][:300])
                 written = None
                 continue
             if written is not None:
@@ -237,13 +375,26 @@ class OrtfVerifier:
         if written is not None:
             for target in self.layout.columns:
                 written.tensors[target] = values[target][idx]
-            written.language = self._language(part, row, tasks, idx)
+            written.language = self._language(part, row, step_tasks, idx)
             samples[ep] = written
+
+    def rate(self) -> Fraction:
+        """The videos' frame rate (frame k at k / rate): the writer's (its options on a worker, else the source
+        inventory's), else the manifest's control frequency."""
+        if self._rate is None:
+            fps = self.writer.options.fps or (self.ctx.inv.fps if self.ctx.inv is not None else None)
+            if not fps:
+                p = self.path(MANIFEST)
+                hz = (json.loads(self.fs.cat_file(p)).get("action_space") or {}).get("control_frequency_hz") \
+                    if self.fs.exists(p) else None
+                fps = hz if isinstance(hz, (int, float)) and hz > 0 else 1
+            self._rate = Fraction(fps).limit_denominator(1001)
+        return self._rate
 
     def _video_frames(self, rel: str, n: int, hw: list[int], want: list[int]) -> dict[int, av.VideoFrame]:
         """Open the MP4, check its frame count and size from its index, decode the frames at `want` (frame k at
         k/fps: a seek to the keyframe before it, then a short forward decode)."""
-        self.n_videos += 1
+        rate = self.rate()
         with open_sequential(self.fs, self.path(rel)) as f, av.open(f, "r") as c:
             if not c.streams.video:
                 raise ValueError("no video stream")
@@ -257,9 +408,9 @@ class OrtfVerifier:
             todo = sorted(set(want))
             for k in todo:
                 if k:
-                    c.seek(int(k / self.rate / s.time_base), stream=s, backward=True, any_frame=False)
+                    c.seek(int(k / rate / s.time_base), stream=s, backward=True, any_frame=False)
                 for frame in c.decode(s):
-                    j = -1 if frame.time is None else round(frame.time * self.rate)
+                    j = -1 if frame.time is None else round(frame.time * rate)
                     if j >= k:
                         if j == k:
                             out[k] = frame
@@ -269,10 +420,13 @@ class OrtfVerifier:
                 raise ValueError(f"frames {missing} do not decode")
             return out
 
-    def _language(self, part: pa.Table, row: dict[str, Any], tasks: list[str], idx: list[int]) -> list[str] | None:
+    @staticmethod
+    def _language(part: pa.Table, row: dict[str, Any], step_tasks: list[str], idx: list[int]) -> list[str]:
+        """The instruction at the sampled steps: per-step task ids through the unit's task list (chunk-local ids
+        before finalize renumbers them, a prefix of meta/tasks.jsonl after), else the episode's task."""
         if "task_id" in part.column_names:
             ids = part["task_id"].to_numpy()
-            return [tasks[int(ids[i])] if 0 <= int(ids[i]) < len(tasks) else "" for i in idx]
+            return [step_tasks[int(ids[i])] if 0 <= int(ids[i]) < len(step_tasks) else "" for i in idx]
         first = (row.get("tasks") or [""])[0]
         return [first] * len(idx)
 
@@ -294,6 +448,17 @@ class OrtfVerifier:
                 return tasks
             tasks.append(obj["instruction"])
         return tasks
+
+    def _check_step_tasks(self, results: list[UnitResult], tasks: list[str]) -> None:
+        """A chunk's per-step task ids were checked against its own task list (`extra["step_tasks"]`); that list
+        must be how meta/tasks.jsonl numbers the same tasks."""
+        if self.meta.get(TASKS) is None or TASKS in self.bad:
+            return
+        for r in results:
+            local = list(r.extra.get("step_tasks") or [])
+            if local and tasks[:len(local)] != local:
+                self.problem(TASKS, f"the per-step task ids of {r.filename} name {local[:5]}, which {TASKS} "
+                             "numbers differently")
 
     def _check_episodes(self, results: list[UnitResult], steps_of: dict[int, int], tasks: list[str]) -> None:
         data = self.meta.get(EPISODES)
@@ -368,7 +533,14 @@ class OrtfVerifier:
             self.problem(MANIFEST, "observation_space.images does not name the written cameras")
 
     # ---- the paired reader -----------------------------------------------------------------------------------
-    def _readback(self, res: ValidationResult) -> None:
+    def _readback_sample(self, results: list[UnitResult]) -> list[UnitResult]:
+        """The chunks the reader loads from: `ctx.readback_shards` non-empty ones spread over the dataset (first and
+        last included; 0 = all)."""
+        return spread_sample([r for r in results if r.episodes], self.ctx.readback_shards)
+
+    def _readback(self, res: ValidationResult, results: list[UnitResult]) -> None:
+        """The ORTF reader discovers the dataset (manifest, episode index, every file present) and loads the first
+        and last episode of a sample of chunks."""
         from robo_ray.readers import open_reader
 
         try:
@@ -378,12 +550,22 @@ class OrtfVerifier:
                 errors = [f"{f.code}: {f.message}" for f in inv.findings if f.level == "error"]
                 loaded = ""
                 if self.ctx.loader_readback and inv.refs and not errors:
-                    for ref in {inv.refs[0].episode_index: inv.refs[0], inv.refs[-1].episode_index: inv.refs[-1]}\
-                            .values():
-                        ep = reader.load_episode(ref)
-                        if ep.length != ref.length:
-                            errors.append(f"episode {ref.episode_index} loads {ep.length} steps, indexed {ref.length}")
-                    loaded = ", first and last episode loaded"
+                    refs = {r.episode_index: r for r in inv.refs}
+                    sample = self._readback_sample(results)
+                    for u in sample:
+                        ids = [e for e, _ in u.episodes]
+                        for e in dict.fromkeys([ids[0], ids[-1]]):
+                            ref = refs.get(e)
+                            if ref is None:
+                                errors.append(f"episode {e} of {u.filename} is not in the reader's index")
+                                continue
+                            ep = reader.load_episode(ref)
+                            if ep.length != ref.length:
+                                errors.append(f"episode {e} loads {ep.length} steps, indexed {ref.length}")
+                    full = len([r for r in results if r.episodes])
+                    which = "every chunk" if len(sample) == full else f"{len(sample)} of {full} chunks"
+                    loaded = (f"; first and last episode of {which} loaded ("
+                              + ", ".join(posixpath.dirname(u.filename) for u in sample) + ")")
             finally:
                 close = getattr(reader, "close", None)
                 if close is not None:
@@ -396,6 +578,18 @@ class OrtfVerifier:
         res.add("ortf read-back", counts and not errors,
                 f"the ORTF reader finds {inv.episodes_count} episodes / {inv.total_steps} steps{loaded}"
                 + (f"; errors: {'; '.join(errors[:5])}" if errors else ""))
+
+
+class _Counting:
+    """A binary file's reads, counted (the size of what was hashed)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.n = f, 0
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.f.read(n)
+        self.n += len(b)
+        return b
 
 
 def _image_fn(frames: dict[int, av.VideoFrame], depth: bool, channels: int) -> Callable[[int], np.ndarray]:

@@ -21,8 +21,13 @@ the per-column sums (count, sum, sum of squares, min, max) that `finalize` needs
 
 `finalize` numbers globally: meta/tasks.jsonl (the reader's tasks first, then tasks first seen at write time, in
 episode order; a chunk whose per-step `task_id`s were written with chunk-local ids is rewritten with the global ids
-and its ledger entry updated), meta/episodes.parquet (start_step / end_step contiguous over the written episodes),
-meta/stats.json (merged sums) and meta/manifest.json last (the commit).
+and its ledger entry updated, `extra["renumbered_from"]` = the digest of the bytes it rewrote), meta/episodes.parquet
+(start_step / end_step contiguous over the written episodes), meta/stats.json (merged sums) and meta/manifest.json
+last (the commit).
+
+Validate: `verify_unit` re-reads one committed chunk on the worker that wrote it (right after its commit, before
+finalize: the chunk's own task list `extra["step_tasks"]` stands in for meta/tasks.jsonl), `verify` checks meta/ and
+the dataset as a whole over the merged unit checks (robo_ray/formats/ortf/verify.py).
 
 Python API: `write_ortf(source_url, out_url, ...) -> OrtfWriteResult` runs the whole pipeline in-process.
 """
@@ -539,13 +544,16 @@ class OrtfWriter(Writer):
             if np.array_equal(remap, np.arange(len(local))):
                 continue
             path = join(self.dataset_dir, r.filename)
-            table = pq.read_table(io.BytesIO(self.fs.cat_file(path)))
+            raw = self.fs.cat_file(path)
+            table = pq.read_table(io.BytesIO(raw))
             i = table.schema.get_field_index("task_id")
             col = remap[table["task_id"].to_numpy()]
             data = parquet_bytes(table.set_column(i, table.schema.field(i), pa.array(col, type=pa.int64())))
             write_bytes_atomic(self.fs, path, data)
             r.num_bytes, r.sha256 = len(data), hashlib.sha256(data).hexdigest()
             r.extra["step_tasks"] = tasks[:int(remap.max()) + 1]
+            # the digest of what was renumbered: Validate ties the worker's re-read (made before) to this file
+            r.extra["renumbered_from"] = hashlib.sha256(raw).hexdigest()
 
     def build_meta(self, results: list[UnitResult], inv: Inventory) -> dict[str, bytes]:
         """meta/ files from the unit results (pure: verify rebuilds them to find edits). Manifest last."""
@@ -650,7 +658,15 @@ class OrtfWriter(Writer):
             write_bytes_atomic(self.fs, join(self.dataset_dir, name), meta[name])
         return json.loads(meta[MANIFEST])
 
+    def verify_unit(self, result: UnitResult, ctx: VerifyContext) -> Any:
+        """Re-read one committed chunk (its steps.parquet and videos; robo_ray/formats/ortf/verify.py)."""
+        from robo_ray.formats.ortf.verify import OrtfVerifier
+
+        return OrtfVerifier(self, ctx).check_unit(result)
+
     def verify(self, ctx: VerifyContext, res: Any) -> bool:
+        """The dataset-level checks (meta/, every file present, counts across chunks, the merged chunk checks, the
+        reader's read-back of a sample of chunks)."""
         from robo_ray.formats.ortf.verify import OrtfVerifier
 
         return OrtfVerifier(self, ctx).run(res)

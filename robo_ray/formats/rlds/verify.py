@@ -18,7 +18,7 @@ from robo_ray.formats.rlds.schema import shard_filename
 from robo_ray.formats.rlds.tfrecord import iter_records
 from robo_ray.images import decode_image
 from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
-                                      compare_samples, sample_indices)
+                                      compare_samples, sample_indices, spread_sample)
 from robo_ray.storage import HashingReader, is_local, join, open_sequential
 from robo_ray.writers.base import UnitResult, VerifyContext
 
@@ -238,14 +238,7 @@ class RldsVerifier:
     def _readback_sample(self, shards: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
         """The shards the loader reads back: `ctx.readback_shards` non-empty ones spread over the dataset (first
         and last included; 0 = all)."""
-        full = [s for s in shards if s[2] > 0]
-        k = self.ctx.readback_shards
-        if not k or k >= len(full):
-            return full
-        if k == 1:
-            return full[:1]
-        picks = sorted({round(i * (len(full) - 1) / (k - 1)) for i in range(k)})
-        return [full[i] for i in picks]
+        return spread_sample([s for s in shards if s[2] > 0], self.ctx.readback_shards)
 
     def _count_with_tfds(self, sample: list[tuple[str, str, int]], every: bool) -> tuple[int, int]:
         """(episodes, steps) through tfds.builder_from_directory, in the read-back child process (readback.py).
