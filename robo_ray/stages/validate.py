@@ -26,7 +26,7 @@ import numpy as np
 from robo_ray.episode import EpisodeRef
 from robo_ray.errors import EpisodeError
 from robo_ray.mapping import Mapping
-from robo_ray.readers.base import Inventory, Reader
+from robo_ray.readers.base import Inventory, Reader, spread
 from robo_ray.stats import KLL_K, RANK_ERROR, StatsSet
 from robo_ray.storage import join, write_text_atomic
 from robo_ray.writers import UnitResult, VerifyContext, Writer
@@ -278,12 +278,7 @@ ItemT = TypeVar("ItemT")
 def spread_sample(items: list[ItemT], k: int) -> list[ItemT]:
     """`k` of `items` spread evenly, the first and the last included (0, or k >= len: all): the units a loader's
     read-back reads (`VerifyContext.readback_shards`)."""
-    if not k or k >= len(items):
-        return list(items)
-    if k == 1:
-        return items[:1]
-    picks = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
-    return [items[i] for i in picks]
+    return [items[i] for i in spread(len(items), k or len(items))]
 
 
 @dataclass(frozen=True)
