@@ -581,7 +581,7 @@ def _video_md(result: dict[str, Any], kinds: list[tuple[str, str]], procs: list[
 
 # ------------------------------------------------------------------------------------------------- mode 2: short
 def short_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> int:
-    from bench.gen_state_only import write_state_only_v30
+    from bench.gen_state_only import generate
 
     n, steps = args.short_episodes, args.steps
     root = Path(args.cache or work)
@@ -589,7 +589,7 @@ def short_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> in
     if not (src / ".complete").exists():
         shutil.rmtree(src, ignore_errors=True)
         t0 = time.perf_counter()
-        write_state_only_v30(src, n, steps)
+        generate(src, n, steps, episodes_per_row_group=1)  # one row group per episode, as lerobot writes
         (src / ".complete").write_text("")
         print(f"generated {src} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     small = args.small or n // 2

@@ -38,6 +38,7 @@ from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
 from robo_ray.stages.report_html import start_samples, try_write_report_html
 from robo_ray.stages.run_lock import LOCK_NAME, RunLock, check_not_locked
 from robo_ray.stages.spec import load_mapping, write_spec_outputs
+from robo_ray.stages.timings import StageClock
 from robo_ray.stages.validate import (UnitCheck, UnitCheckRunner, UnitChecks, UnitVerifySpec, Validator,
                                      sample_ids, write_validation_outputs)
 from robo_ray.storage import create_exclusive, is_local, join, url_to_fs, write_text_atomic
@@ -376,6 +377,7 @@ class PublishSpec:
     log_errors: list[str] = field(default_factory=list)
     elapsed_before: float = 0.0  # seconds spent on discover/spec/plan
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    clock: StageClock = field(default_factory=StageClock)  # stage timings, written to logs/timings.json
 
 
 class Publisher:
@@ -501,6 +503,7 @@ class Publisher:
                       f"sha256 {res.sha256}")
         self.journal.record(res.shard_index, res.to_dict(), lines)
         self.flush_ledger()
+        self.spec.clock.end("convert", mark="last_unit_committed")
         if echo_start is not None:
             return self.log.stderr.getvalue()[echo_start:].splitlines()
         return []
@@ -562,6 +565,7 @@ class Publisher:
             self.log.info(f"removed {removed} partial shard file(s) left by killed workers")
         results = sorted(self.results.values(), key=lambda r: r.shard_index)
         inv = self.spec.inv
+        self.spec.clock.begin("finalize")
         self.writer.finalize(results, inv)
         ledger = self.ledger(complete=True)
         self.flush_ledger(force=True, complete=True)
@@ -573,7 +577,7 @@ class Publisher:
         convert_seconds = self.spec.elapsed_before + time.monotonic() - self._t0
         outcome = validate_and_publish(self.cfg, self.writer, inv, self.reader(), ledger, self.log,
                                        self.spec.executor_name, convert_seconds, quarantined, self.spec.archive,
-                                       unit_checks=self.unit_checks)
+                                       unit_checks=self.unit_checks, clock=self.spec.clock)
         self._publish_commit_marker(outcome, results)
         echo = self.log.stderr.getvalue()[echo_start:].splitlines() if echo_start is not None else []
         return outcome, echo
@@ -630,10 +634,12 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
                 t0: float) -> RunOutcome:
     """The job once this run holds the destination's lock."""
 
+    clock = StageClock.starting("discover")
     inv = reader.discover()
     if cfg.max_episodes:
         inv.refs = inv.refs[:cfg.max_episodes]
         inv.episodes_count, inv.total_steps = len(inv.refs), sum(r.length for r in inv.refs)
+    clock.begin("plan")
     mapping = resolve_mapping(cfg, inv)
     writer = make_writer(cfg, mapping)
     unit_options = writer.unit_options(inv)  # may refuse (exit 2) before anything is converted
@@ -686,7 +692,8 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
                   Limits.from_config(cfg.convert), cfg.target.format, unit_options, verify)
     spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint,
                        previous=[r.to_dict() for r in previous], executor_name=executor.name, archive=archive,
-                       elapsed_before=time.monotonic() - t0)
+                       elapsed_before=time.monotonic() - t0, clock=clock)
+    clock.begin("convert")
     run_job = getattr(executor, "run_job", None)
     if run_job is not None:
         spec.log_lines, spec.log_errors = list(log.lines), list(log.errors)
@@ -741,11 +748,13 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
                          ledger: dict[str, Any], log: RunLog, mode: str, convert_seconds: float,
                          quarantined: list[dict[str, Any]], archive: bool = False,
                          unit_checks: UnitChecks | None = None,
-                         check_units: UnitCheckRunner | None = None) -> RunOutcome:
+                         check_units: UnitCheckRunner | None = None, clock: StageClock | None = None) -> RunOutcome:
     """Validate the committed output (the writer's verify + the neutral checks), then publish the reports.
     `unit_checks`: the units already re-read by their workers; the others are checked by `check_units` (a
     parallel pass) or here."""
     t1 = time.monotonic()
+    clock = clock or StageClock()  # `robo-ray publish` times its own verify and publish
+    clock.begin("verify")
     fs, out_root, mapping = writer.fs, writer.out_root, writer.mapping
     src = cfg.source
     samples = start_samples(writer, inv, (lambda: open_reader(src.url, src.format, src.storage_options, src.options))
@@ -755,6 +764,7 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
                   unit_checks=unit_checks, check_units=check_units,
                   readback_shards=cfg.validate_.readback_shards)
     res = v.run()
+    clock.begin("publish")
     write_validation_outputs(fs, out_root, res, mapping.dataset_name, time.monotonic() - t1)
     for p in res.problems:
         log.problem(f"validation: {p}")
@@ -779,7 +789,7 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
     if quarantined:
         log.info(f"{len(quarantined)} of {len(inv.refs)} episodes quarantined "
                  f"(threshold {cfg.convert.max_quarantine_fraction:.0%})")
-    write_logs(fs, out_root, log.lines, log.errors)
+    write_logs(fs, out_root, log.lines, log.errors, clock)
     where = f"{writer.out_url}/{writer.dataset_rel}" if writer.dataset_rel else writer.out_url
     msg = (f"{res.episodes_written} episodes / {res.steps_written} steps written to {where} ({writer.title}); "
            f"{len(quarantined)} quarantined; validation {'passed' if res.passed else 'FAILED'}")

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from robo_ray.readers.base import Inventory
+from robo_ray.stages.timings import StageClock, write_timings
 from robo_ray.stages.validate import ValidationResult
 from robo_ray.storage import join, sha256_file, write_bytes_atomic, write_text_atomic
 from robo_ray.writers import Writer
@@ -91,6 +92,9 @@ def write_archive(writer: Writer, checksums: dict[str, str]) -> str:
     return path
 
 
-def write_logs(fs, out_root: str, log_lines: list[str], error_lines: list[str]) -> None:
+def write_logs(fs, out_root: str, log_lines: list[str], error_lines: list[str],
+               clock: StageClock | None = None) -> None:
+    """logs/convert.log, logs/errors.log and, with a clock, logs/timings.json (robo_ray/stages/timings.py)."""
     write_text_atomic(fs, join(out_root, "logs", "convert.log"), "\n".join(log_lines) + "\n")
     write_text_atomic(fs, join(out_root, "logs", "errors.log"), "\n".join(error_lines) + ("\n" if error_lines else ""))
+    write_timings(fs, out_root, clock)
