@@ -7,8 +7,9 @@ a reader: the convert stage streams it.
 from __future__ import annotations
 
 import io
+from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Iterable, Iterator, Literal, Sequence, overload
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class FeatureSpec:
     channels_first: bool = False  # declared_shape is channel-first: frames become HWC ("CHW->HWC")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VideoRef:
     """Where an episode's frames of one camera live: a file and a time window inside it."""
 
@@ -72,7 +73,7 @@ class VideoRef:
     to_timestamp: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EpisodeRef:
     """A planned episode: enough to load it, small enough to ship to a worker."""
 
@@ -94,6 +95,122 @@ class EpisodeRef:
     def source_files(self) -> tuple[str, ...]:
         """Files this episode reads, data first then videos (used to group episodes into units)."""
         return (self.data_path, *(v.path for _, v in self.videos))
+
+
+_NONE = -1  # RefTable's "None" in an integer column (episode indices and global offsets are never negative)
+
+
+class RefTable(Sequence[EpisodeRef]):
+    """Many `EpisodeRef`s held as columns: the integers in int64 arrays, the rest (data path, videos, tasks,
+    source id, locator, split) as a code into the table's distinct combinations. ~40 bytes per episode instead of
+    ~200 (an object and its integers): an inventory of 200,000 episodes is ~8 MB. Reads like a list of refs
+    (index, slice, iterate: refs are built on access); `append` / `extend` add to it; pickles as its columns."""
+
+    __slots__ = ("_ep", "_len", "_from", "_to", "_code", "_combos", "_combo_ids")
+
+    def __init__(self, refs: Iterable[EpisodeRef] = ()) -> None:
+        self._ep, self._len, self._from, self._to, self._code = (array("q") for _ in range(5))
+        self._combos: list[tuple[Any, ...]] = []
+        self._combo_ids: dict[tuple[Any, ...], int] = {}
+        self.extend(refs)
+
+    @staticmethod
+    def of(refs: "Sequence[EpisodeRef] | RefTable") -> "RefTable":
+        return refs if isinstance(refs, RefTable) else RefTable(refs)
+
+    def append(self, ref: EpisodeRef) -> None:
+        combo = (ref.data_path, ref.videos, ref.tasks, ref.source_id, ref.locator, ref.split)
+        code = self._combo_ids.get(combo)
+        if code is None:
+            code = self._combo_ids[combo] = len(self._combos)
+            self._combos.append(combo)
+        self._ep.append(ref.episode_index)
+        self._len.append(ref.length)
+        self._from.append(_NONE if ref.global_from is None else ref.global_from)
+        self._to.append(_NONE if ref.global_to is None else ref.global_to)
+        self._code.append(code)
+
+    def extend(self, refs: Iterable[EpisodeRef]) -> None:
+        for ref in refs:
+            self.append(ref)
+
+    def __len__(self) -> int:
+        return len(self._ep)
+
+    @overload
+    def __getitem__(self, i: int) -> EpisodeRef: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> "RefTable": ...
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            if i.step in (None, 1):
+                return self._rows(slice(i.start, i.stop))
+            return self.take(range(len(self))[i])
+        return self._ref(range(len(self))[i])
+
+    def _ref(self, k: int) -> EpisodeRef:
+        data_path, videos, tasks, source_id, locator, split = self._combos[self._code[k]]
+        g0, g1 = self._from[k], self._to[k]
+        return EpisodeRef(self._ep[k], self._len[k], data_path, videos, tasks, None if g0 == _NONE else g0,
+                          None if g1 == _NONE else g1, source_id, locator, split)
+
+    def _rows(self, sl: slice) -> "RefTable":
+        out = RefTable()
+        out._ep, out._len, out._from, out._to = self._ep[sl], self._len[sl], self._from[sl], self._to[sl]
+        out._code, out._combos, out._combo_ids = self._code[sl], self._combos, self._combo_ids
+        return out
+
+    def take(self, positions: Iterable[int]) -> "RefTable":
+        """The refs at `positions`, in that order."""
+        out = RefTable()
+        for k in positions:
+            out._ep.append(self._ep[k])
+            out._len.append(self._len[k])
+            out._from.append(self._from[k])
+            out._to.append(self._to[k])
+            out._code.append(self._code[k])
+        out._combos, out._combo_ids = self._combos, self._combo_ids
+        return out
+
+    def __iter__(self) -> Iterator[EpisodeRef]:
+        return (self._ref(k) for k in range(len(self)))
+
+    def episode_indices(self) -> list[int]:
+        return self._ep.tolist()
+
+    def lengths(self) -> list[int]:
+        return self._len.tolist()
+
+    def sorted_by_episode(self) -> "RefTable":
+        """A copy ordered by episode index (stable)."""
+        return self.take(sorted(range(len(self)), key=self._ep.__getitem__))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (RefTable, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"RefTable({len(self)} refs)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        used = sorted(set(self._code))  # only the combinations these rows use travel
+        remap = {c: k for k, c in enumerate(used)}
+        codes = array("q", (remap[c] for c in self._code))
+        return _ref_table_from, (self._ep.tobytes(), self._len.tobytes(), self._from.tobytes(),
+                                 self._to.tobytes(), codes.tobytes(), [self._combos[c] for c in used])
+
+
+def _ref_table_from(ep: bytes, length: bytes, g0: bytes, g1: bytes, code: bytes,
+                    combos: list[tuple[Any, ...]]) -> RefTable:
+    out = RefTable()
+    for col, raw in ((out._ep, ep), (out._len, length), (out._from, g0), (out._to, g1), (out._code, code)):
+        col.frombytes(raw)
+    out._combos = combos
+    out._combo_ids = {c: k for k, c in enumerate(combos)}
+    return out
 
 
 class RawFrames(Sequence[bytes]):

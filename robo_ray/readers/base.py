@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Protocol, Sequence
 
-from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
+from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable
 from robo_ray.errors import DataCorrupt, DataMissing, RoboRayError, SourceFormatError, SourceNotFound, UnsafeInput
 from robo_ray.safety import MAX_JSON_BYTES
 from robo_ray.storage import is_transport_error, join, open_input, storage_error, url_of, url_to_fs
@@ -89,7 +90,7 @@ class Inventory:
     episodes_count: int
     total_steps: int
     features: dict[str, FeatureSpec]  # each with the reader's role / canonical name (FeatureSpec)
-    refs: list[EpisodeRef]
+    refs: RefTable  # a list of refs is converted
     fps: float
     robot_type: str | None = None
     tasks: list[str] = field(default_factory=list)
@@ -99,6 +100,11 @@ class Inventory:
     metadata_types: dict[str, MetaType] = field(default_factory=lambda: dict(BUILTIN_METADATA))
     # where each step's language comes from: "task" = `Episode.step_tasks` (the source's task text), "" = none
     language_source: str = "task"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "refs" and not isinstance(value, RefTable):  # held as columns (~40 bytes per episode)
+            value = RefTable(value)
+        object.__setattr__(self, name, value)
 
 
 def spread(n: int, k: int) -> list[int]:
@@ -269,21 +275,40 @@ class DatasetFiles:
         (footer, then the column chunks). An unreadable file raises `error` (DataCorrupt EP202 for episode data;
         SourceFormatError for metadata a dataset cannot be opened without), a missing one DataMissing (EP201), or
         SourceFormatError when `error` is one."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
+
+        with self._parquet_errors(rel, error) as p, open_input(self.fs, p) as f:
+            if row_groups is not None:
+                return pq.ParquetFile(f, metadata=self._footer(rel, f)).read_row_groups(row_groups, columns=columns)
+            return pq.read_table(f, columns=columns)
+
+    def _parquet_batches(self, rel: str, batch_rows: int, skip_prefix: str | None = None,
+                         error: type[RoboRayError] = DataCorrupt) -> Iterator[Any]:
+        """Record batches of parquet file `rel` (`batch_rows` rows each), its columns named `skip_prefix...` left
+        unread: a metadata table of 200,000 rows is never whole in memory. Errors as `_read_parquet`."""
+        import pyarrow.parquet as pq
+
+        with self._parquet_errors(rel, error) as p, open_input(self.fs, p) as f:
+            pf = pq.ParquetFile(f)
+            names = pf.schema_arrow.names
+            cols = [c for c in names if not c.startswith(skip_prefix)] if skip_prefix else names
+            yield from pf.iter_batches(batch_size=batch_rows, columns=cols)
+
+    @contextmanager
+    def _parquet_errors(self, rel: str, error: type[RoboRayError]) -> Iterator[str]:
+        """Yields the file's path; maps what reading it raises to our errors (see `_read_parquet`)."""
+        import pyarrow as pa
 
         missing = SourceFormatError if issubclass(error, SourceFormatError) else DataMissing
         p = self.path(rel)
         if not self._exists(p):
             raise missing(f"{rel}: parquet file is missing")
         try:
-            with open_input(self.fs, p) as f:
-                if row_groups is not None:
-                    return pq.ParquetFile(f, metadata=self._footer(rel, f)).read_row_groups(row_groups,
-                                                                                           columns=columns)
-                return pq.read_table(f, columns=columns)
+            yield p
         except FileNotFoundError as exc:
             raise missing(f"{rel}: parquet file is missing") from exc
+        except RoboRayError:
+            raise
         except Exception as exc:  # noqa: BLE001
             mapped = self._storage_error(exc, p, "reading")
             if mapped is not exc:  # the store failed after its retries: not a property of the episode

@@ -5,10 +5,10 @@ import csv
 import io
 import json
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
 
 from robo_ray.readers.base import Inventory
-from robo_ray.storage import join, write_text_atomic
+from robo_ray.storage import join, write_chunks_atomic, write_text_atomic
 
 
 def inventory_dict(inv: Inventory) -> dict[str, Any]:
@@ -34,23 +34,35 @@ def inventory_dict(inv: Inventory) -> dict[str, Any]:
     }
 
 
-def episode_index_csv(inv: Inventory) -> str:
+CSV_CHUNK_ROWS = 8192
+
+
+def episode_index_rows(inv: Inventory, chunk_rows: int = CSV_CHUNK_ROWS) -> Iterator[str]:
+    """episode_index.csv in pieces of `chunk_rows` rows (the header first)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["episode_id", "episode_index", "start_idx", "end_idx", "length", "task", "data_path", "video_path"])
     start = 0
-    for r in inv.refs:
+    for k, r in enumerate(inv.refs, 1):
         s = r.global_from if r.global_from is not None else start
         e = r.global_to if r.global_to is not None else s + r.length
         w.writerow([f"ep_{r.episode_index:06d}", r.episode_index, s, e, r.length, "|".join(r.tasks), r.data_path,
                     ";".join(v.path for _, v in r.videos)])
         start = e
-    return buf.getvalue()
+        if k % chunk_rows == 0:
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()
+
+
+def episode_index_csv(inv: Inventory) -> str:
+    return "".join(episode_index_rows(inv))
 
 
 def write_discover_outputs(fs, out_root: str, inv: Inventory) -> None:
     write_text_atomic(fs, join(out_root, "inventory.json"), json.dumps(inventory_dict(inv), indent=2))
-    write_text_atomic(fs, join(out_root, "episode_index.csv"), episode_index_csv(inv))
+    write_chunks_atomic(fs, join(out_root, "episode_index.csv"), episode_index_rows(inv))
 
 
 def summarize(inv: Inventory) -> str:

@@ -17,12 +17,26 @@ import shutil
 import uuid
 from typing import Any
 
+from robo_ray.writers.base import jsonable
 from robo_ray.storage import is_local, join, storage_error, url_of, write_text_atomic
 
 JOURNAL_DIR = "journal"
 PROGRESS_NAME = "progress.jsonl"
 LEDGER_NAME = "ledger.json"
 COPY_CHUNK = 4 << 20  # the merge streams the previous progress.jsonl in pieces of this size
+
+
+def ledger_text(ledger: dict[str, Any]) -> str:
+    """ledger.json's text: one line per key and one compact line per shard, so that its size is about the bytes of
+    its values (an indented dump spends four lines on every episode's [index, steps])."""
+    lines = []
+    for key, value in ledger.items():
+        if key == "shards":
+            rows = ",\n".join("    " + json.dumps(row, separators=(",", ":"), default=jsonable) for row in value)
+            lines.append(f'  "shards": [\n{rows}\n  ]' if rows else '  "shards": []')
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def part_name(unit_index: int) -> str:

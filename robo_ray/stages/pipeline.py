@@ -32,7 +32,7 @@ from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
 from robo_ray.stages.discover import summarize, write_discover_outputs
-from robo_ray.stages.journal import JOURNAL_DIR, LEDGER_NAME, Journal, read_ledger
+from robo_ray.stages.journal import JOURNAL_DIR, LEDGER_NAME, Journal, ledger_text, read_ledger
 from robo_ray.stages.plan import Unit, assign_val_split
 from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
 from robo_ray.stages.report_html import start_samples, try_write_report_html
@@ -306,10 +306,12 @@ def apply_val_split(cfg: JobConfig, writer: Writer, refs: list[EpisodeRef], log:
 
 def plan_fingerprint(mapping: Mapping, units: list[Unit]) -> dict[str, str]:
     """Hashes of what the shards' bytes depend on besides the config: the mapping and the unit plan."""
-    plan = [[u.index, u.num_shards, [[r.episode_index, r.length, list(r.source_files())]
-                                     + ([r.split] if r.split else []) for r in u.refs]] for u in units]
-    return {"mapping": hashlib.sha256(mapping.model_dump_json().encode()).hexdigest(),
-            "plan": hashlib.sha256(json.dumps(plan).encode()).hexdigest()}
+    plan = hashlib.sha256(b"[")  # = sha256(json.dumps([[index, num_shards, [episode rows]] per unit])), streamed
+    for k, u in enumerate(units):
+        rows = [[r.episode_index, r.length, list(r.source_files())] + ([r.split] if r.split else []) for r in u.refs]
+        plan.update(((", " if k else "") + json.dumps([u.index, u.num_shards, rows])).encode())
+    plan.update(b"]")
+    return {"mapping": hashlib.sha256(mapping.model_dump_json().encode()).hexdigest(), "plan": plan.hexdigest()}
 
 
 def _read_json(fs, path: str) -> Any:
@@ -386,6 +388,7 @@ class Publisher:
     Plain Python; `robo_ray.ray_exec` runs it as a Ray actor (then workers call `begin`/`record` remotely)."""
 
     LEDGER_FLUSH_S = 1.0  # rewrite ledger.json at most this often (always at the end)
+    LEDGER_SHARE = 0.05  # ... and at most this fraction of the run's time (its size grows with the run)
 
     def __init__(self, spec: PublishSpec, log: RunLog | None = None, reader: Reader | None = None) -> None:
         self.spec = spec
@@ -412,6 +415,7 @@ class Publisher:
         self.flight = InFlight(Limits.from_config(self.cfg.convert))  # the Ray driver's watchdog (executor.py)
         self._t0 = time.monotonic()
         self._last_flush = 0.0
+        self._flush_cost = 0.0  # seconds the last ledger.json rewrite took
         self._ledger_path = join(self.root, LEDGER_NAME)
         self.journal = Journal(self.fs, self.root, resumed=bool(self.resumed))
         self.flush_ledger(force=True)
@@ -516,7 +520,7 @@ class Publisher:
 
     # ---- journal ----------------------------------------------------------------------------------------------
     def ledger(self, complete: bool = False) -> dict[str, Any]:
-        return {"shards": [r.to_dict() for r in sorted(self.results.values(), key=lambda r: r.shard_index)],
+        return {"shards": [r.packed() for r in sorted(self.results.values(), key=lambda r: r.shard_index)],
                 "num_shards": len(self.units), "fingerprint": self.spec.fingerprint,
                 "unit_files": [self.writer.unit_filenames(u)[0] for _, u in sorted(self.units.items())],
                 "attempts": {str(k): v for k, v in sorted(self.attempts.items())},
@@ -524,10 +528,12 @@ class Publisher:
 
     def flush_ledger(self, force: bool = False, complete: bool = False) -> None:
         now = time.monotonic()
-        if not force and (not self.journal.appends or now - self._last_flush < self.LEDGER_FLUSH_S):
+        wait = max(self.LEDGER_FLUSH_S, self._flush_cost / self.LEDGER_SHARE)
+        if not force and (not self.journal.appends or now - self._last_flush < wait):
             return  # object stores: the journal's parts hold the units recorded since (journal.py)
-        write_text_atomic(self.fs, self._ledger_path, json.dumps(self.ledger(complete), indent=2))
-        self._last_flush = now
+        write_text_atomic(self.fs, self._ledger_path, ledger_text(self.ledger(complete)))
+        self._last_flush = time.monotonic()
+        self._flush_cost = self._last_flush - now
 
     # ---- the end ----------------------------------------------------------------------------------------------
     def _publish_commit_marker(self, outcome: RunOutcome, results: list[UnitResult]) -> None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, replace
+from typing import Sequence
 
-from robo_ray.episode import EpisodeRef, FeatureSpec
+from robo_ray.episode import EpisodeRef, FeatureSpec, RefTable
 from robo_ray.errors import ConfigError
 
 VAL = "val"
@@ -20,100 +21,122 @@ MAX_UNIT_EPISODES = 1000
 class Unit:
     index: int
     num_shards: int
-    refs: tuple[EpisodeRef, ...]
+    refs: RefTable  # the unit's episodes, in order (a list or tuple of refs is converted)
     split: str | None = None  # the source split all its episodes belong to, when the target keeps splits apart
     split_shard: tuple[int, int] | None = None  # (position, count) of the unit among its split's units
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.refs, RefTable):
+            object.__setattr__(self, "refs", RefTable(self.refs))
+
     @property
     def episode_indices(self) -> list[int]:
-        return [r.episode_index for r in self.refs]
+        return self.refs.episode_indices()
 
 
-def estimate_episode_bytes(ref: EpisodeRef, features: dict[str, FeatureSpec]) -> int:
-    """Rough output size: JPEG at ~1/10 of raw pixels, low-dim values at 4 bytes."""
+def bytes_per_step(features: dict[str, FeatureSpec]) -> int:
+    """Rough output bytes of one step: JPEG at ~1/10 of raw pixels, low-dim values at 4 bytes, 64 of framing."""
     per_step = 0
     for f in features.values():
         n = 1
         for d in f.shape:
             n *= d
         per_step += n // 10 if f.kind in ("image", "video") else 4 * n
-    return max(1, ref.length * (per_step + 64))
+    return per_step + 64
 
 
-def _groups(refs: list[EpisodeRef]) -> list[list[EpisodeRef]]:
-    """Consecutive episodes that share any source file form one group."""
-    groups: list[list[EpisodeRef]] = []
+def estimate_episode_bytes(ref: EpisodeRef, features: dict[str, FeatureSpec]) -> int:
+    """Rough output size of an episode (`bytes_per_step` x its steps)."""
+    return max(1, ref.length * bytes_per_step(features))
+
+
+def _group_starts(refs: RefTable) -> list[int]:
+    """Positions where a group starts: consecutive episodes that share any source file form one group."""
+    starts: list[int] = []
     prev_files: set[str] = set()
-    for ref in refs:
+    for k, ref in enumerate(refs):
         files = set(ref.source_files())
-        if groups and files & prev_files:
-            groups[-1].append(ref)
+        if starts and files & prev_files:
             prev_files |= files
         else:
-            groups.append([ref])
+            starts.append(k)
             prev_files = files
-    return groups
+    return starts
 
 
-def plan_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_shard_mb: float = 256.0,
+def plan_units(refs: Sequence[EpisodeRef], features: dict[str, FeatureSpec], target_shard_mb: float = 256.0,
                min_shards: int = 4, max_unit_episodes: int = MAX_UNIT_EPISODES) -> list[Unit]:
     """Cut the episode list into contiguous units of about `target_shard_mb`, at least min(groups, min_shards),
-    none holding more than `max_unit_episodes` episodes."""
-    if not refs:
+    none holding more than `max_unit_episodes` episodes. Works on positions: units are slices of the refs' table."""
+    table = RefTable.of(refs)
+    if not len(table):
         return []
     target = max(1, int(target_shard_mb * (1 << 20)))
-    sizes = {r.episode_index: estimate_episode_bytes(r, features) for r in refs}
-    # split oversized groups (v3.0 files can hold hundreds of episodes) into contiguous pieces
-    pieces: list[list[EpisodeRef]] = []
-    for g in _groups(refs):
-        cur: list[EpisodeRef] = []
-        acc = 0
-        for r in g:
-            if cur and (acc + sizes[r.episode_index] > target or len(cur) >= max_unit_episodes):
-                pieces.append(cur)
-                cur, acc = [], 0
-            cur.append(r)
-            acc += sizes[r.episode_index]
-        pieces.append(cur)
-    total = sum(sizes.values())
-    n_units = min(len(pieces), max(math.ceil(total / target), min_shards, math.ceil(len(refs) / max_unit_episodes)))
-    # contiguous partition of pieces into n_units, balancing cumulative size
-    units: list[list[EpisodeRef]] = [[] for _ in range(n_units)]
+    per_step = bytes_per_step(features)
+    sizes = [max(1, n * per_step) for n in table.lengths()]
+    # split oversized groups (v3.0 files can hold hundreds of episodes) into contiguous pieces [a, b)
+    pieces: list[tuple[int, int]] = []
+    starts = _group_starts(table)
+    for g0, g1 in zip(starts, starts[1:] + [len(table)]):
+        a, acc = g0, 0
+        for k in range(g0, g1):
+            if k > a and (acc + sizes[k] > target or k - a >= max_unit_episodes):
+                pieces.append((a, k))
+                a, acc = k, 0
+            acc += sizes[k]
+        pieces.append((a, g1))
+    total = sum(sizes)
+    n_units = min(len(pieces), max(math.ceil(total / target), min_shards, math.ceil(len(table) / max_unit_episodes)))
+    # contiguous partition of pieces into n_units, balancing cumulative size (slots never decrease along pieces)
+    spans: list[list[int] | None] = [None] * n_units
     acc = 0
-    for i, piece in enumerate(pieces):
-        psize = sum(sizes[r.episode_index] for r in piece)
+    for i, (a, b) in enumerate(pieces):
+        psize = sum(sizes[a:b])
         slot = min(n_units - 1, int((acc + psize / 2) * n_units / total))
         slot = max(slot, n_units - (len(pieces) - i))  # leave at least one piece for each remaining unit
-        units[slot].extend(piece)
+        span = spans[slot]
+        if span is None:
+            spans[slot] = [a, b]
+        else:
+            span[1] = b
         acc += psize
-    units = [part for u in units if u for part in _cut(u, max_unit_episodes)]
-    return [Unit(i, len(units), tuple(u)) for i, u in enumerate(units)]
+    cuts = [part for span in spans if span is not None for part in _cut(span[0], span[1], max_unit_episodes)]
+    return [Unit(i, len(cuts), table[a:b]) for i, (a, b) in enumerate(cuts)]
 
 
-def _cut(refs: list[EpisodeRef], most: int) -> list[list[EpisodeRef]]:
-    """A contiguous run of episodes cut into the fewest even contiguous parts of at most `most` episodes."""
-    parts = math.ceil(len(refs) / most)
-    bounds = [round(k * len(refs) / parts) for k in range(parts + 1)]
-    return [refs[a:b] for a, b in zip(bounds, bounds[1:])]
+def _cut(start: int, end: int, most: int) -> list[tuple[int, int]]:
+    """Positions [start, end) cut into the fewest even contiguous parts of at most `most` episodes."""
+    n = end - start
+    parts = math.ceil(n / most)
+    bounds = [start + round(k * n / parts) for k in range(parts + 1)]
+    return list(zip(bounds, bounds[1:]))
 
 
-def plan_split_units(refs: list[EpisodeRef], features: dict[str, FeatureSpec], target_shard_mb: float = 256.0,
+def plan_split_units(refs: Sequence[EpisodeRef], features: dict[str, FeatureSpec], target_shard_mb: float = 256.0,
                      min_shards: int = 4, max_unit_episodes: int = MAX_UNIT_EPISODES) -> list[Unit]:
     """`plan_units` per split (a source without splits is all `train`): units are numbered across splits, `train`
     first, then the others in the order they first appear; each split's episodes are one contiguous run of units
     (LeRobot's `splits` are episode ranges), and every unit carries its split and its (position, count) among the
     split's units (tfds names shards per split)."""
-    by_split: dict[str, list[EpisodeRef]] = {"train": []}
-    for ref in refs:
-        by_split.setdefault(ref.split or "train", []).append(ref)
-    planned = [(split, plan_units(group, features, target_shard_mb, min_shards, max_unit_episodes))
-               for split, group in by_split.items() if group]
+    table = RefTable.of(refs)
+    by_split: dict[str, list[int]] = {"train": []}
+    for k, ref in enumerate(table):
+        by_split.setdefault(ref.split or "train", []).append(k)
+    planned = [(split, plan_units(_positions(table, pos), features, target_shard_mb, min_shards, max_unit_episodes))
+               for split, pos in by_split.items() if pos]
     total = sum(len(units) for _, units in planned)
     out: list[Unit] = []
     for split, units in planned:
         for k, u in enumerate(units):
             out.append(Unit(len(out), total, u.refs, split, (k, len(units))))
     return out
+
+
+def _positions(table: RefTable, pos: list[int]) -> RefTable:
+    """The rows at `pos` (a slice when they are one contiguous run)."""
+    if pos and pos[-1] - pos[0] == len(pos) - 1:
+        return table[pos[0]:pos[-1] + 1]
+    return table.take(pos)
 
 
 def _split_key(dataset_name: str, episode_index: int) -> bytes:

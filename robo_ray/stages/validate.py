@@ -88,8 +88,8 @@ class UnitChecks:
 
     def __init__(self, mapping: "Mapping") -> None:
         self.units: set[int] = set()
-        self.episode_steps: dict[int, int] = {}
-        self.duplicates: list[int] = []  # episodes written by more than one unit
+        self._episodes: list[np.ndarray] = []  # per unit: written episode indices (int64) ...
+        self._steps: list[np.ndarray] = []  # ... and their steps
         self.sha256: dict[str, str] = {}
         self.failures: list[tuple[str, str]] = []
         self.counts: dict[str, int] = {}
@@ -104,10 +104,9 @@ class UnitChecks:
         if c.unit_index in self.units:  # a unit recorded twice (a retried attempt): the first check stands
             return
         self.units.add(c.unit_index)
-        for ep, steps in c.episode_steps.items():
-            if ep in self.episode_steps:
-                self.duplicates.append(ep)
-            self.episode_steps[ep] = steps
+        n = len(c.episode_steps)
+        self._episodes.append(np.fromiter(c.episode_steps.keys(), np.int64, n))
+        self._steps.append(np.fromiter(c.episode_steps.values(), np.int64, n))
         self.sha256.update(c.sha256)
         self.failures += c.failures[:UnitCheck.MAX_FAILURES - min(len(self.failures), UnitCheck.MAX_FAILURES)]
         for k, n in c.counts.items():
@@ -120,15 +119,35 @@ class UnitChecks:
             self.stats.merge(StatsSet.from_dict(c.stats))
         self.seconds += c.seconds
 
+    def episode_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(episode indices, steps) of every merged unit, in merge order (int64 arrays)."""
+        if not self._episodes:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(self._episodes), np.concatenate(self._steps)
+
+    @property
+    def episode_steps(self) -> dict[int, int]:
+        """{episode: steps} of every merged unit (built on demand; a later unit's value wins)."""
+        eps, steps = self.episode_arrays()
+        return dict(zip(eps.tolist(), steps.tolist()))
+
+    @property
+    def duplicates(self) -> list[int]:
+        """Episodes written by more than one unit."""
+        eps, _ = self.episode_arrays()
+        values, counts = np.unique(eps, return_counts=True)
+        return values[counts > 1].tolist()
+
     def apply(self, res: "ValidationResult", min_psnr_db: float) -> None:
         """The neutral half of the merge: per-unit failures as checks, unique episodes, the sampled comparison,
         episode/step counts, file digests and statistics into `res`."""
         for name, detail in self.failures:
             res.add(name, False, detail)
-        res.add("unique episodes", not self.duplicates, "every episode is written once" if not self.duplicates
-                else f"episodes written more than once: {sorted(set(self.duplicates))[:20]}")
+        dup = self.duplicates
+        res.add("unique episodes", not dup, "every episode is written once" if not dup
+                else f"episodes written more than once: {dup[:20]}")
         add_sample_checks(res, self.sampled, self.mismatches, self.psnr, min_psnr_db)
-        res.set_episodes(self.episode_steps)
+        res.set_episodes(*self.episode_arrays())
         res.shard_sha256.update(self.sha256)
         res.set_statistics(self.stats)
 
@@ -138,7 +157,8 @@ class ValidationResult:
     checks: list[Check] = field(default_factory=list)
     episodes_written: int = 0
     steps_written: int = 0
-    episode_steps: dict[int, int] = field(default_factory=dict)
+    episode_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # written episodes, sorted
+    episode_lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # their steps
     shard_sha256: dict[str, str] = field(default_factory=dict)  # every written file's sha256 (name -> digest)
     psnr: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -157,10 +177,23 @@ class ValidationResult:
     def set_statistics(self, stats: "StatsAccumulator") -> None:
         self.stats, self.statistics = stats, stats.summary()
 
-    def set_episodes(self, episode_steps: dict[int, int]) -> None:
-        self.episode_steps = dict(sorted(episode_steps.items()))
-        self.episodes_written = len(episode_steps)
-        self.steps_written = sum(episode_steps.values())
+    def set_episodes(self, episodes: "dict[int, int] | np.ndarray", steps: np.ndarray | None = None) -> None:
+        """The written episodes: {episode: steps}, or two arrays (episode indices, steps; a repeated episode keeps
+        its last value). Kept as sorted int64 arrays: 16 bytes per episode."""
+        if isinstance(episodes, dict):
+            steps = np.fromiter(episodes.values(), np.int64, len(episodes))
+            episodes = np.fromiter(episodes.keys(), np.int64, len(episodes))
+        assert steps is not None
+        episodes, steps = np.asarray(episodes, np.int64), np.asarray(steps, np.int64)
+        last = len(episodes) - 1 - np.unique(episodes[::-1], return_index=True)[1]  # sorted unique, last value
+        self.episode_ids, self.episode_lengths = episodes[last], steps[last]
+        self.episodes_written = len(self.episode_ids)
+        self.steps_written = int(self.episode_lengths.sum())
+
+    @property
+    def episode_steps(self) -> dict[int, int]:
+        """{episode: steps} of the written episodes, sorted (built on demand)."""
+        return dict(zip(self.episode_ids.tolist(), self.episode_lengths.tolist()))
 
 
 LOADER_GROUPS = {"action": "action", "proprio": "state"}  # dataset_statistics.json group -> FieldMap.role
@@ -348,26 +381,30 @@ class Validator:
         return merged
 
     def _check_counts(self, res: ValidationResult) -> None:
+        """discovered = written + quarantined, per-episode and total steps (numpy: a few arrays of the episodes)."""
         if self.inv is None:
             return
         quarantined = {q["episode_index"] for s in self.ledger.get("shards", []) for q in s.get("quarantined", [])}
         quarantined |= {q["episode_index"] for q in self.ledger.get("unit_failures", [])}
-        discovered = {r.episode_index: r.length for r in self.inv.refs}
-        episodes = res.episode_steps
-        written = set(episodes)
-        lost = sorted(set(discovered) - written - quarantined)
-        extra = sorted(written - set(discovered))
-        both = sorted(written & quarantined)
-        ok = not lost and not extra and not both
+        quar = np.array(sorted(quarantined), np.int64)
+        refs = self.inv.refs
+        disc = np.fromiter((r.episode_index for r in refs), np.int64, len(refs))
+        disc_len = np.fromiter((r.length for r in refs), np.int64, len(refs))
+        written, steps = res.episode_ids, res.episode_lengths
+        lost = np.setdiff1d(np.setdiff1d(disc, written), quar)
+        extra = np.setdiff1d(written, disc)
+        both = np.intersect1d(written, quar)
+        ok = not len(lost) and not len(extra) and not len(both)
         res.add("discovered = written + quarantined", ok,
-                f"{len(discovered)} = {len(written)} + {len(quarantined)}" if ok else
-                f"missing from output and not quarantined: {lost[:20]}; unexpected: {extra[:20]}; "
-                f"written and quarantined: {both[:20]}")
-        wrong = [(i, discovered[i], episodes[i]) for i in sorted(written & set(discovered))
-                 if discovered[i] != episodes[i]]
-        res.add("per-episode steps", not wrong, "every written episode has its source length" if not wrong else
-                "; ".join(f"episode {i}: source {a} steps, output {b}" for i, a, b in wrong[:10]))
-        exp_steps = sum(discovered[i] for i in written & set(discovered))
+                f"{len(np.unique(disc))} = {len(written)} + {len(quar)}" if ok else
+                f"missing from output and not quarantined: {lost[:20].tolist()}; unexpected: {extra[:20].tolist()}; "
+                f"written and quarantined: {both[:20].tolist()}")
+        _, wi, di = np.intersect1d(written, disc, assume_unique=False, return_indices=True)
+        wrong = np.flatnonzero(steps[wi] != disc_len[di])
+        res.add("per-episode steps", not len(wrong), "every written episode has its source length" if not len(wrong)
+                else "; ".join(f"episode {written[wi[k]]}: source {disc_len[di[k]]} steps, output {steps[wi[k]]}"
+                               for k in wrong[:10]))
+        exp_steps = int(disc_len[di].sum())
         res.add("total steps", res.steps_written == exp_steps,
                 f"output {res.steps_written} steps, source {exp_steps} for the written episodes")
 
@@ -448,19 +485,35 @@ def validation_markdown(res: ValidationResult, name: str, seconds: float) -> str
     return "\n".join(lines) + "\n"
 
 
-def diff_summary(res: ValidationResult) -> dict[str, Any]:
+def diff_summary_fields(res: ValidationResult) -> dict[str, Any]:
+    """diff_summary.json without its per-episode steps."""
     return {"passed": res.passed, "episodes_written": res.episodes_written, "steps_written": res.steps_written,
             "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in res.checks],
             "psnr_db": {"count": len(res.psnr), "mean": float(np.mean(res.psnr)) if res.psnr else None,
                         "min": float(min(res.psnr)) if res.psnr else None},
-            "episode_steps": {str(k): v for k, v in res.episode_steps.items()},
             "shard_sha256": res.shard_sha256, "problems": res.problems[:1000]}
+
+
+def diff_summary(res: ValidationResult) -> dict[str, Any]:
+    """diff_summary.json as a dict (episode_steps keyed by the episode index as a string)."""
+    return {**diff_summary_fields(res), "episode_steps": {str(k): v for k, v in res.episode_steps.items()}}
+
+
+def diff_summary_text(res: ValidationResult, chunk: int = 8192) -> str:
+    """diff_summary.json's text (`diff_summary` indented), its per-episode steps written from the arrays in
+    chunks: no {episode: steps} dict of the whole dataset."""
+    text = json.dumps(diff_summary_fields(res), indent=2)
+    ids, lengths = res.episode_ids.tolist(), res.episode_lengths.tolist()
+    parts = [",\n".join(f'    "{e}": {n}' for e, n in zip(ids[i:i + chunk], lengths[i:i + chunk]))
+             for i in range(0, len(ids), chunk)]
+    steps = "{\n" + ",\n".join(parts) + "\n  }" if parts else "{}"
+    return text[:-2] + f',\n  "episode_steps": {steps}\n}}'
 
 
 def write_validation_outputs(fs, out_root: str, res: ValidationResult, name: str, seconds: float) -> None:
     """validation_report.md, diff_summary.json and dataset_statistics.json at the output root."""
     write_text_atomic(fs, join(out_root, "validation_report.md"), validation_markdown(res, name, seconds))
-    write_text_atomic(fs, join(out_root, "diff_summary.json"), json.dumps(diff_summary(res), indent=2))
+    write_text_atomic(fs, join(out_root, "diff_summary.json"), diff_summary_text(res))
     write_text_atomic(fs, join(out_root, "dataset_statistics.json"), json.dumps(dataset_statistics(res), indent=2))
 
 

@@ -7,7 +7,7 @@ import importlib
 from dataclasses import dataclass
 
 from robo_ray.errors import UsageError
-from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
+from robo_ray.writers.base import EpisodeSteps, UnitResult, UnitSink, VerifyContext, Writer, WriterOptions, jsonable
 
 
 @dataclass(frozen=True)
@@ -43,5 +43,5 @@ def writer_class(name: str) -> type[Writer]:
     return getattr(mod, cls)
 
 
-__all__ = ["REGISTRY", "DEFAULT_TARGET", "UnitResult", "UnitSink", "VerifyContext", "Writer", "WriterOptions",
+__all__ = ["REGISTRY", "DEFAULT_TARGET", "EpisodeSteps", "jsonable", "UnitResult", "UnitSink", "VerifyContext", "Writer", "WriterOptions",
            "writer_class", "writer_names"]

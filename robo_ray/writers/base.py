@@ -16,11 +16,13 @@ count write the same bytes, and a retried unit rewrites the same names.
 """
 from __future__ import annotations
 
+import copy
 import os
 import posixpath
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from array import array
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -36,6 +38,66 @@ if TYPE_CHECKING:
     from robo_ray.stages.validate import UnitCheck, UnitChecks, ValidationResult
 
 
+class EpisodeSteps(Sequence[tuple[int, int]]):
+    """A unit's (episode_index, steps) pairs packed in one int64 array: 16 bytes per episode instead of a tuple
+    and two ints (~100 bytes), for the Publisher that holds every unit's result. Behaves as a list of tuples
+    (append, iterate, index, len, compare with a list); `jsonable()` is the ledger's [[episode, steps], ...]."""
+
+    __slots__ = ("_a",)
+
+    def __init__(self, pairs: Iterable[Sequence[int]] = ()) -> None:
+        self._a = array("q", pairs._a) if isinstance(pairs, EpisodeSteps) else array("q")
+        if not isinstance(pairs, EpisodeSteps):
+            for ep, steps in pairs:
+                self._a.extend((int(ep), int(steps)))
+
+    def append(self, pair: Sequence[int]) -> None:
+        ep, steps = pair
+        self._a.extend((int(ep), int(steps)))
+
+    def __len__(self) -> int:
+        return len(self._a) // 2
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        k = range(len(self))[i]
+        return self._a[2 * k], self._a[2 * k + 1]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        it = iter(self._a)
+        return zip(it, it)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EpisodeSteps):
+            return self._a == other._a
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and all(tuple(o) == p for o, p in zip(other, self))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"EpisodeSteps({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _episode_steps_from_bytes, (self._a.tobytes(),)
+
+    def jsonable(self) -> list[list[int]]:
+        return [[e, s] for e, s in self]
+
+
+def _episode_steps_from_bytes(raw: bytes) -> EpisodeSteps:
+    out = EpisodeSteps()
+    out._a.frombytes(raw)
+    return out
+
+
+def jsonable(value: Any) -> Any:
+    """`json.dumps(..., default=jsonable)`: what ledger rows hold besides JSON types (EpisodeSteps)."""
+    if isinstance(value, EpisodeSteps):
+        return value.jsonable()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 @dataclass
 class UnitResult:
     """What one committed unit holds: its episodes, its quarantined episodes and its files (the ledger's entry).
@@ -46,7 +108,7 @@ class UnitResult:
 
     shard_index: int
     filename: str
-    episodes: list[tuple[int, int]] = field(default_factory=list)  # (episode_index, steps)
+    episodes: EpisodeSteps = field(default_factory=EpisodeSteps)  # (episode_index, steps); a list is converted
     quarantined: list[dict[str, Any]] = field(default_factory=list)
     num_bytes: int = 0
     sha256: str = ""
@@ -67,13 +129,24 @@ class UnitResult:
     def total_bytes(self) -> int:
         return sum(n for _, n, _ in self.all_files())
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.episodes, EpisodeSteps):
+            self.episodes = EpisodeSteps(self.episodes)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The ledger's row, JSON types only (episodes as [[episode, steps], ...])."""
+        return {f.name: self.episodes.jsonable() if f.name == "episodes" else copy.deepcopy(getattr(self, f.name))
+                for f in fields(self)}
+
+    def packed(self) -> dict[str, Any]:
+        """The ledger's row without copying the episodes (an EpisodeSteps: `json.dumps(default=jsonable)`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "UnitResult":
         d = dict(d)
-        d["episodes"] = [tuple(e) for e in d.get("episodes", [])]
+        eps = d.get("episodes", ())
+        d["episodes"] = eps if isinstance(eps, EpisodeSteps) else EpisodeSteps(eps)
         return cls(**d)
 
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import pyarrow as pa
 
-from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, VideoRef
+from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable, VideoRef
 from robo_ray.errors import DataCorrupt, SourceFormatError, UnknownFormat, UnsafeInput
 from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Inventory
 from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts, check_shape,
@@ -22,6 +22,7 @@ from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, chec
 from robo_ray.storage import join
 
 INFO = "meta/info.json"
+META_BATCH_ROWS = 8192  # meta/episodes rows turned into refs at a time
 # declared totals: compared with the episode index (findings), but a value that is not a count is refused
 DECLARED_LIMITS = {"total_episodes": MAX_EPISODES, "total_frames": MAX_EPISODES * MAX_EPISODE_LENGTH,
                    "total_tasks": MAX_EPISODES * 16, "total_videos": MAX_EPISODES * 64, "total_chunks": MAX_EPISODES}
@@ -210,12 +211,12 @@ class LeRobotReader(BaseReader):
             raise UnsafeInput(f"{INFO}: {template_key}: {exc}") from exc
 
     # ---- discover ----------------------------------------------------------------------------------------------
-    def episode_refs(self) -> list[EpisodeRef]:
+    def episode_refs(self) -> Sequence[EpisodeRef]:
         refs = self._refs_v3() if self.version == "v3.0" else self._refs_v2()
         check_count("number of episodes", len(refs), MAX_EPISODES)
         return self._with_splits(refs)
 
-    def _with_splits(self, refs: list[EpisodeRef]) -> list[EpisodeRef]:
+    def _with_splits(self, refs: Sequence[EpisodeRef]) -> Sequence[EpisodeRef]:
         """Each episode's split from info.json `splits` ({name: "from:to"} episode ranges); malformed or
         overlapping entries are ignored (a finding of Discover's checks), episodes outside every range get none."""
         splits = self.info.get("splits")
@@ -229,11 +230,11 @@ class LeRobotReader(BaseReader):
         ranges.sort()
         if any(a[1] > b[0] for a, b in zip(ranges, ranges[1:])):
             return refs
-        out = []
-        for ref in refs:
+        def with_split(ref: EpisodeRef) -> EpisodeRef:
             split = next((name for lo, hi, name in ranges if lo <= ref.episode_index < hi), None)
-            out.append(replace(ref, split=split) if split else ref)
-        return out
+            return replace(ref, split=split) if split else ref
+
+        return RefTable(with_split(ref) for ref in refs)
 
     def _refs_v2(self) -> list[EpisodeRef]:
         chunks_size = check_count("chunks_size", self.info.get("chunks_size", 1000) or 1000, 1 << 30) or 1000
@@ -259,21 +260,25 @@ class LeRobotReader(BaseReader):
         refs.sort(key=lambda r: r.episode_index)
         return refs
 
-    def _refs_v3(self) -> list[EpisodeRef]:
+    def _refs_v3(self) -> RefTable:
+        """meta/episodes/*/*.parquet, read in batches without the per-episode statistics columns (most of the
+        file's bytes, not needed to plan): memory stays about the refs themselves, whatever the file's size."""
         files = sorted(p for p in self.fs.glob(self.path("meta/episodes/*/*.parquet")))
         if not files:
             raise SourceFormatError("meta/episodes/: no episode metadata parquet files")
-        tables = [self._read_parquet(posixpath.relpath(p, self.root)) for p in files]
-        refs: list[EpisodeRef] = []
+        refs = RefTable()  # built row by row: never a list of 200,000 ref objects
         seen: set[int] = set()
-        for rel, table in zip(files, tables):
-            cols = [c for c in table.column_names if not c.startswith("stats/")]
-            for row in table.select(cols).to_pylist():
-                refs.append(self._ref_v3_row(posixpath.relpath(rel, self.root), row, seen))
-        refs.sort(key=lambda r: r.episode_index)
-        return refs
+        shared: dict[Any, Any] = {}  # one object per distinct path / task tuple / video window
+        for path in files:
+            rel = posixpath.relpath(path, self.root)
+            for batch in self._parquet_batches(rel, META_BATCH_ROWS, skip_prefix="stats/"):
+                for row in batch.to_pylist():
+                    refs.append(self._ref_v3_row(rel, row, seen, shared))
+        return refs.sorted_by_episode()
 
-    def _ref_v3_row(self, rel: str, row: dict[str, Any], seen: set[int]) -> EpisodeRef:
+    def _ref_v3_row(self, rel: str, row: dict[str, Any], seen: set[int],
+                    shared: dict[Any, Any] | None = None) -> EpisodeRef:
+        shared = {} if shared is None else shared
         idx = row.get("episode_index")
         if not isinstance(idx, int) or idx < 0:
             raise SourceFormatError(f"{rel}: episode_index {idx!r} is not an integer")
@@ -284,17 +289,22 @@ class LeRobotReader(BaseReader):
         chunk, fileno = row.get("data/chunk_index"), row.get("data/file_index")
         if not isinstance(chunk, int) or not isinstance(fileno, int):
             raise SourceFormatError(f"{rel}: episode {idx} has no data/chunk_index or data/file_index")
-        data_path = self._render("data_path", chunk_index=chunk, file_index=fileno)
+        key = ("data", chunk, fileno)
+        data_path = shared.get(key) or shared.setdefault(
+            key, self._render("data_path", chunk_index=chunk, file_index=fileno))
         videos = []
-        for key in self.video_keys:
-            vc, vf = row.get(f"videos/{key}/chunk_index"), row.get(f"videos/{key}/file_index")
-            t0, t1 = row.get(f"videos/{key}/from_timestamp"), row.get(f"videos/{key}/to_timestamp")
+        for vkey in self.video_keys:
+            vc, vf = row.get(f"videos/{vkey}/chunk_index"), row.get(f"videos/{vkey}/file_index")
+            t0, t1 = row.get(f"videos/{vkey}/from_timestamp"), row.get(f"videos/{vkey}/to_timestamp")
             if not isinstance(vc, int) or not isinstance(vf, int):
-                raise SourceFormatError(f"{rel}: episode {idx} has no videos/{key}/chunk_index")
-            path = self._render("video_path", video_key=key, chunk_index=vc, file_index=vf)
-            videos.append((key, VideoRef(path, float(t0 or 0.0), None if t1 is None else float(t1))))
+                raise SourceFormatError(f"{rel}: episode {idx} has no videos/{vkey}/chunk_index")
+            pkey = ("video", vkey, vc, vf)
+            path = shared.get(pkey) or shared.setdefault(
+                pkey, self._render("video_path", video_key=vkey, chunk_index=vc, file_index=vf))
+            videos.append((vkey, VideoRef(path, float(t0 or 0.0), None if t1 is None else float(t1))))
         tasks = row.get("tasks") or []
         tasks = tuple(str(t) for t in (tasks if isinstance(tasks, list) else [tasks]))
+        tasks = shared.setdefault(("tasks", tasks), tasks)
         return EpisodeRef(idx, length, data_path, tuple(videos), tasks,
                           row.get("dataset_from_index"), row.get("dataset_to_index"))
 

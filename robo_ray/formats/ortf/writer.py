@@ -509,7 +509,7 @@ class OrtfWriter(Writer):
         size = self.options.chunk_size
         pieces = [u.refs[k:k + size] for u in plan_units(refs, features, target_unit_mb, min_units, max_unit_episodes)
                   for k in range(0, len(u.refs), size)]
-        return [Unit(i, len(pieces), tuple(p)) for i, p in enumerate(pieces)]
+        return [Unit(i, len(pieces), p) for i, p in enumerate(pieces)]
 
     def unit_filenames(self, unit: Unit) -> list[str]:
         return [f"data/{chunk_name(unit.index, unit.num_shards)}/steps.parquet"]
