@@ -624,6 +624,9 @@ class LeRobotVerifier:
                 problems.append(f"{r.filename}: the ledger's episodes {r.episodes[:5]} and its numbering disagree")
             e += len(u.lengths)
             i += sum(u.lengths)
+        names = [r.filename for r in results if r.filename]
+        if names != sorted(names):  # lerobot concatenates data and meta/episodes files in path order
+            problems.append(f"the units' files are not in path order: {names[:5]}")
         if e != info.get("total_episodes"):
             problems.append(f"{e} episodes in the units, info.json total_episodes={info.get('total_episodes')}")
         if i != info.get("total_frames"):
