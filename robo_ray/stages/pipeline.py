@@ -770,6 +770,9 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
                   unit_checks=unit_checks, check_units=check_units,
                   readback_shards=cfg.validate_.readback_shards)
     res = v.run()
+    before, now = v.units_checked
+    if before or now:
+        log.info(f"verify: {before} units re-read by the workers that wrote them, {now} re-read at the end")
     clock.begin("publish")
     write_validation_outputs(fs, out_root, res, mapping.dataset_name, time.monotonic() - t1)
     for p in res.problems:

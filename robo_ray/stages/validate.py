@@ -356,6 +356,7 @@ class Validator:
                                  readback_shards=readback_shards)
         self.unit_checks = unit_checks
         self.check_units = check_units or check_units_here
+        self.units_checked = (0, 0)  # (units whose check came with them, units re-read by `check_units`), by run()
 
     @property
     def dataset_dir(self) -> str:
@@ -375,6 +376,7 @@ class Validator:
             return None
         merged = self.unit_checks or UnitChecks(self.writer.mapping)
         todo = [r for r in self.ctx.results() if r.shard_index not in merged.units]
+        self.units_checked = (len(merged.units), len(todo))
         for check in self.check_units(self.writer, todo, self.ctx) if todo else ():
             if check is not None:
                 merged.add(check)

@@ -36,7 +36,9 @@ source's per-episode task lists in episode order) and each unit writes its data 
 `finalize` walks the units in order, computes the real numbering, and rewrites the data parquet and the
 meta/episodes part of the units whose numbering differs (and only those: with no quarantine nothing is rewritten;
 a quarantined episode in unit u rewrites the two small parquet files of every unit after u, never a video). The
-rewritten files' ledger entries (bytes, sha256, numbering) are updated in place, so validate and resume see them.
+rewritten files' ledger entries (bytes, sha256, numbering) are updated in place, so validate and resume see them,
+with `extra["renumbered_from"]` = {file: the sha256 of the bytes finalize rewrote}: each unit is verified by the worker
+that wrote it, before finalize (`verify_unit`), and the dataset-level verify hashes again only those files.
 Task ids of a source whose episode index lists no tasks (RLDS) are provisional until finalize (rewrites likely).
 
 Video: see robo_ray/formats/lerobot/video_encode.py (one encode per camera per episode, stream-copied into the
@@ -696,8 +698,11 @@ class LeRobotWriter(Writer):
             write_bytes_atomic(self.fs, join(self.dataset_dir, name), meta[name])
         return json.loads(meta[INFO])
 
-    def _read_parquet(self, rel: str) -> pa.Table:
-        return pq.read_table(io.BytesIO(self.fs.cat_file(join(self.dataset_dir, rel))))
+    def _read_parquet(self, rel: str, digests: dict[str, str]) -> pa.Table:
+        """A unit's parquet file; the sha256 of the bytes read goes into `digests` under its name."""
+        raw = self.fs.cat_file(join(self.dataset_dir, rel))
+        digests[rel] = hashlib.sha256(raw).hexdigest()
+        return pq.read_table(io.BytesIO(raw))
 
     def renumber(self, r: UnitResult, e0: int, i0: int, new_ids: list[int]) -> None:
         """Rewrite a unit's data parquet and meta/episodes part with episodes from `e0`, rows from `i0` and the
@@ -707,7 +712,8 @@ class LeRobotWriter(Writer):
         lengths = [int(x["length"]) for x in eps]
         total = sum(lengths)
         remap = dict(zip(ex["numbering"]["task_ids"], new_ids))
-        data = self._read_parquet(r.filename)
+        before: dict[str, str] = {}  # the digests of what is renumbered: Validate ties the units' re-reads to it
+        data = self._read_parquet(r.filename, before)
         old_tasks = data["task_index"].to_numpy()
         ep_col = np.repeat(np.arange(e0, e0 + len(eps), dtype=np.int64), lengths)
         idx_col = np.arange(i0, i0 + total, dtype=np.int64)
@@ -720,7 +726,7 @@ class LeRobotWriter(Writer):
             data = data.set_column(i, data.schema.field(i), pa.array(col, type=pa.int64()))
         data_bytes = parquet_bytes(data, lengths)
         meta_rel = next(f["name"] for f in r.files if f["name"].startswith("meta/episodes/"))
-        meta = self._read_parquet(meta_rel)
+        meta = self._read_parquet(meta_rel, before)
         rows = meta.to_pylist()
         aggs: dict[str, list[Agg]] = {k: [] for k in cols}
         start = 0
@@ -742,6 +748,7 @@ class LeRobotWriter(Writer):
             if f["name"] == meta_rel:
                 f["num_bytes"], f["sha256"] = len(meta_bytes), hashlib.sha256(meta_bytes).hexdigest()
         ex["numbering"] = {"episode_offset": e0, "index_offset": i0, "task_ids": list(new_ids)}
+        ex["renumbered_from"] = before
         for name, parts in aggs.items():
             ex["stats"][name] = merge_aggs(parts).to_json()  # type: ignore[union-attr]
 
@@ -826,7 +833,15 @@ class LeRobotWriter(Writer):
                 INFO: json.dumps(info, indent=4).encode()}
 
     # ---- validate -----------------------------------------------------------------------------------------------
+    def verify_unit(self, result: UnitResult, ctx: VerifyContext) -> Any:
+        """Re-read one committed unit (its data parquet, meta/episodes part and MP4s; formats/lerobot/verify.py)."""
+        from robo_ray.formats.lerobot.verify import LeRobotVerifier
+
+        return LeRobotVerifier(self, ctx).check_unit(result)
+
     def verify(self, ctx: VerifyContext, res: Any) -> bool:
+        """The dataset-level checks (meta/, every file present, numbering across units, the merged unit checks, the
+        paired reader's read-back)."""
         from robo_ray.formats.lerobot.verify import LeRobotVerifier
 
         return LeRobotVerifier(self, ctx).run(res)
