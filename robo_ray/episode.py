@@ -183,6 +183,14 @@ class RefTable(Sequence[EpisodeRef]):
     def lengths(self) -> list[int]:
         return self._len.tolist()
 
+    def episode_array(self) -> np.ndarray:
+        """The episode indices as an int64 array (a copy: 8 bytes per episode)."""
+        return np.frombuffer(self._ep, dtype=np.int64).copy() if len(self) else np.zeros(0, np.int64)
+
+    def length_array(self) -> np.ndarray:
+        """The episodes' steps as an int64 array (a copy)."""
+        return np.frombuffer(self._len, dtype=np.int64).copy() if len(self) else np.zeros(0, np.int64)
+
     def sorted_by_episode(self) -> "RefTable":
         """A copy ordered by episode index (stable)."""
         return self.take(sorted(range(len(self)), key=self._ep.__getitem__))

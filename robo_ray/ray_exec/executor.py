@@ -430,13 +430,14 @@ class RayExecutor:
 
     def _run_with_publisher(self, publisher: Any, units: list[Unit], job: JobSpec,
                             progress: ProgressFn | None, stderr: TextIO, cpus: float) -> RunOutcome:
-        pending: list[Unit] = ray.get(publisher.pending.remote())
+        by_index = {u.index: u for u in units}  # the driver's own units: the plan is not shipped back
+        pending: list[Unit] = [by_index[i] for i in ray.get(publisher.pending_indices.remote())]
         self.last_actor_count = max(1, min(actors_for_mode(self.mode, cpus, self.actors), max(1, len(pending))))
         spec_name = self.name
         ray.get(publisher.set_executor_name.remote(spec_name))
         st = ray.get(publisher.status.remote())
         interval = self.status_interval_s if not _isatty(stderr) else 0.0
-        status = _Status(len(units), st["episodes_total"], sum(r.length for u in units for r in u.refs), stderr,
+        status = _Status(len(units), st["episodes_total"], sum(sum(u.refs.lengths()) for u in units), stderr,
                          progress, interval, spec_name,
                          poll=lambda: ray.get(publisher.in_flight_progress.remote(), timeout=30))
         status.units, status.eps, status.steps = st["units_done"], st["episodes_done"], st["steps_done"]

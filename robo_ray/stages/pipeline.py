@@ -398,7 +398,7 @@ class Publisher:
         self.writer = make_writer(self.cfg, self.mapping)
         self.units = {u.index: u for u in spec.units}
         self.total_episodes = sum(len(u.refs) for u in spec.units)
-        self.total_steps = sum(r.length for u in spec.units for r in u.refs)
+        self.total_steps = sum(sum(u.refs.lengths()) for u in spec.units)
         if log is None:  # inside an actor: buffer the echo, the driver prints what finish() returns
             log = RunLog(stderr=io.StringIO(), lines=list(spec.log_lines), errors=list(spec.log_errors))
         self.log = log
@@ -424,6 +424,10 @@ class Publisher:
     # ---- what to run ------------------------------------------------------------------------------------------
     def pending(self) -> list[Unit]:
         return [u for i, u in sorted(self.units.items()) if i not in self.results]
+
+    def pending_indices(self) -> list[int]:
+        """The indices of `pending` (what a driver that holds the plan asks for)."""
+        return [i for i in sorted(self.units) if i not in self.results]
 
     def status(self) -> dict[str, Any]:
         done = [r for r in self.results.values()]

@@ -136,11 +136,19 @@ def pair_refs(inv: Inventory, written: list[EpisodeRef], positions: list[int], t
     renumber, so written episodes pair with the source's non-quarantined episodes in order; counts and the sampled
     lengths must agree, else no pairing (and why)."""
     q = {int(r["episode_index"]) for r in quarantined}
-    kept = [r for r in inv.refs if r.episode_index not in q]
-    pairs = [kept[j] if len(kept) == total else None for j in positions]
-    if len(kept) != total or any(a is None or a.length != b.length for a, b in zip(pairs, written)):
+    wanted = set(positions)
+    picked: dict[int, EpisodeRef] = {}
+    kept = 0  # the source's non-quarantined episodes, counted in one pass (no list of them)
+    for r in inv.refs:
+        if r.episode_index in q:
+            continue
+        if kept in wanted:
+            picked[kept] = r
+        kept += 1
+    pairs: list[EpisodeRef | None] = [picked.get(j) if kept == total else None for j in positions]
+    if kept != total or any(a is None or a.length != b.length for a, b in zip(pairs, written)):
         return [None] * len(written), (f"the written episodes ({total}) do not pair with the source's "
-                                       f"{len(kept)} non-quarantined episodes by order and length")
+                                       f"{kept} non-quarantined episodes by order and length")
     return pairs, ""
 
 

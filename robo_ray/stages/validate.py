@@ -19,11 +19,11 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, ClassVar, Iterable, Iterator, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from robo_ray.episode import EpisodeRef
+from robo_ray.episode import EpisodeRef, RefTable
 from robo_ray.errors import EpisodeError
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory, Reader, spread
@@ -296,9 +296,11 @@ def compare_sample(reader: Reader, mapping: Mapping, ref: EpisodeRef, written: W
     return out
 
 
-def sample_ids(refs: list[EpisodeRef], sample_episodes: int) -> set[int]:
+def sample_ids(refs: Sequence[EpisodeRef], sample_episodes: int) -> set[int]:
     """Episodes compared to the source: `sample_episodes` spread evenly over the discovered ones (0 = none)."""
-    ids = [r.episode_index for r in refs] if sample_episodes else []
+    if not sample_episodes:
+        return set()
+    ids = refs.episode_indices() if isinstance(refs, RefTable) else [r.episode_index for r in refs]
     if len(ids) > sample_episodes:
         step = len(ids) / sample_episodes
         ids = [ids[int(k * step)] for k in range(sample_episodes)]
@@ -389,9 +391,8 @@ class Validator:
         quarantined = {q["episode_index"] for s in self.ledger.get("shards", []) for q in s.get("quarantined", [])}
         quarantined |= {q["episode_index"] for q in self.ledger.get("unit_failures", [])}
         quar = np.array(sorted(quarantined), np.int64)
-        refs = self.inv.refs
-        disc = np.fromiter((r.episode_index for r in refs), np.int64, len(refs))
-        disc_len = np.fromiter((r.length for r in refs), np.int64, len(refs))
+        refs = RefTable.of(self.inv.refs)
+        disc, disc_len = refs.episode_array(), refs.length_array()
         written, steps = res.episode_ids, res.episode_lengths
         lost = np.setdiff1d(np.setdiff1d(disc, written), quar)
         extra = np.setdiff1d(written, disc)

@@ -190,8 +190,12 @@ class VerifyContext:
         return [UnitResult.from_dict(s) for s in self.ledger.get("shards", [])]
 
     def ref_map(self) -> "dict[int, EpisodeRef]":
+        """episode -> ref of the sampled episodes (`sample_ids`: what is compared with the source), or the refs
+        given (a worker's unit)."""
         if self.refs is None:
-            self.refs = {r.episode_index: r for r in self.inv.refs} if self.inv is not None else {}
+            ids = self.sample_ids
+            self.refs = {r.episode_index: r for r in self.inv.refs if r.episode_index in ids} \
+                if self.inv is not None and ids else {}
         return self.refs
 
 
