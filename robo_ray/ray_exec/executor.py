@@ -253,7 +253,13 @@ class RayExecutor:
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(procs, timeout=5)
+        # until each is gone or a zombie (dead, its files closed; whoever is its parent then reaps it): waiting for
+        # the reaping itself (psutil.wait_procs) took 1.3 s of every run's exit
+        deadline = time.monotonic() + 5.0
+        while procs and time.monotonic() < deadline:
+            procs = [p for p in procs if _still_running(p)]
+            if procs:
+                time.sleep(0.01)
 
     def shutdown(self) -> None:
         """Stop Ray if this executor started it."""
@@ -463,6 +469,16 @@ class RayExecutor:
                 print(line, file=stderr, flush=True)
                 printed.add(line)
         return outcome
+
+
+def _still_running(p: Any) -> bool:
+    """Whether a killed process has not died yet (a zombie has)."""
+    import psutil
+
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 class _DropMessage(logging.Filter):

@@ -152,6 +152,13 @@ def pair_refs(inv: Inventory, written: list[EpisodeRef], positions: list[int], t
     return pairs, ""
 
 
+def release_arrow_memory() -> None:
+    """Hand the memory Arrow's pool keeps for reuse back to the system (between reads of unrelated files)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
 def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: list[dict[str, Any]],
             k: int = SAMPLED_EPISODES) -> Samples:
     """Read up to k spread written episodes back (paired reader) with their source episodes."""
@@ -170,6 +177,11 @@ def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: 
             except Exception as exc:  # noqa: BLE001 - one unreadable episode is shown as such, the page goes on
                 out.episodes.append(EpisodeSample(sref.episode_index if sref else None, wref.episode_index,
                                                   wref.length, errors=[f"not readable back: {exc}"]))
+            finally:  # samples are spread over the dataset: never keep one's file (or row groups) for the next
+                for r in (back, reader):
+                    if r is not None:
+                        r.close()
+                release_arrow_memory()
         return out
     finally:
         back.close()
