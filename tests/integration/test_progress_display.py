@@ -25,7 +25,7 @@ from robo_ray.writers import UnitResult
 from tests.conftest import REPO, run_cli
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, corrupt_video, write_lerobot_dataset
 
-EPISODES, LENGTH, MISSING = 8, 150, 2
+EPISODES, LENGTH, MISSING = 8, 600, 2
 BAR = re.compile(r"convert:\s+\d+%\|[^|]*\|\s*(\d+)/(\d+) \[[^\]]*?(?:(\?|[\d.]+)(ep/s|s/ep))")
 RUN = ("--set", "plan.min_shards=1", "--set", "validate.tfds_readback=false", "--set",
        "validate.sample_episodes=0", "--set", "convert.max_quarantine_fraction=0.5")
@@ -47,7 +47,8 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def long_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Episodes long enough that an actor's heartbeats (at most one per ACTOR_BEAT_S) land inside the unit even
-    when the machine is idle: the Ray bar can only move between units that way."""
+    when the machine is idle and fast (8 x 150 frames converted in under 1 s here: the bar went 0 -> 8): the
+    Ray bar can only move between units that way."""
     return _source(tmp_path_factory.mktemp("progress") / "long", LENGTH * 3)
 
 
