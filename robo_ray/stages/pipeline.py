@@ -28,7 +28,6 @@ from robo_ray.episode import EpisodeRef, QuarantineRecord
 from robo_ray.errors import (ConfigError, DestinationNotEmpty, LocalDestinationOnCluster, OutputConflict,
                              ValidationFailed)
 from robo_ray.mapping import Mapping
-from robo_ray.memory import release_unused_memory
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
@@ -571,7 +570,6 @@ class Publisher:
         echo_start = self.log.stderr.tell() if isinstance(self.log.stderr, io.StringIO) else None
         for u in self.pending():  # an executor that lost a unit: never silently
             self.fail_unit(u.index, UNIT_FAILED, "the executor returned no result for this unit")
-        release_unused_memory()  # what the conversion freed (its readers' footers, tables): the end reads more
         removed = self.writer.remove_stale_temps()
         if removed:
             self.log.info(f"removed {removed} partial shard file(s) left by killed workers")

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
-from robo_ray.memory import release_unused_memory
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.source_frames import source_frames
@@ -153,6 +152,13 @@ def pair_refs(inv: Inventory, written: list[EpisodeRef], positions: list[int], t
     return pairs, ""
 
 
+def release_arrow_memory() -> None:
+    """Hand the memory Arrow's pool keeps for reuse back to the system (between reads of unrelated files)."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
 def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: list[dict[str, Any]],
             k: int = SAMPLED_EPISODES) -> Samples:
     """Read up to k spread written episodes back (paired reader) with their source episodes."""
@@ -175,7 +181,7 @@ def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: 
                 for r in (back, reader):
                     if r is not None:
                         r.close()
-                release_unused_memory()
+                release_arrow_memory()
         return out
     finally:
         back.close()
