@@ -851,21 +851,35 @@ class HashingReader:
 
     def __init__(self, f: Any, chunk: int = 4 << 20) -> None:
         self.f, self.chunk, self._h = f, chunk, hashlib.sha256()
+        self.n = 0  # bytes hashed so far
 
     def read(self, n: int = -1) -> bytes:
         b = self.f.read(n)
         self._h.update(b)
+        self.n += len(b)
         return b
 
     def hexdigest(self) -> str:
         while b := self.f.read(self.chunk):
             self._h.update(b)
+            self.n += len(b)
         return self._h.hexdigest()
 
 
 def sha256_file(fs: fsspec.AbstractFileSystem, path: str) -> str:
     with open_sequential(fs, path) as f:
         return HashingReader(f).hexdigest()
+
+
+def hash_file(fs: fsspec.AbstractFileSystem, path: str, keep: bool = False) -> tuple[bytes, str, int]:
+    """(the file's bytes when `keep`, else b"", its sha256, its size), streamed unless kept; FileNotFoundError when
+    it is missing."""
+    if keep:
+        raw = fs.cat_file(path)
+        return raw, hashlib.sha256(raw).hexdigest(), len(raw)
+    with open_sequential(fs, path) as f:
+        reader = HashingReader(f)
+        return b"", reader.hexdigest(), reader.n
 
 
 def is_empty_dir(fs: fsspec.AbstractFileSystem, path: str) -> bool:

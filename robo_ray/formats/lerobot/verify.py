@@ -44,7 +44,7 @@ from robo_ray.formats.lerobot.writer import (CODEBASE_VERSION, DATA_PATH, EMPTY_
                                              VIDEO_PATH)
 from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
                                       compare_samples, sample_indices)
-from robo_ray.storage import HashingReader, is_local, join, open_sequential
+from robo_ray.storage import hash_file, is_local, join, open_sequential
 from robo_ray.writers.base import UnitResult, VerifyContext
 
 if TYPE_CHECKING:
@@ -241,15 +241,7 @@ class LeRobotVerifier:
         it is missing."""
         p = self.path(name)
         try:
-            if keep:
-                raw = self.fs.cat_file(p)
-                got, n = hashlib.sha256(raw).hexdigest(), len(raw)
-            else:
-                raw = b""
-                with open_sequential(self.fs, p) as f:
-                    counter = _Counting(f)
-                    got = HashingReader(counter).hexdigest()
-                    n = counter.n
+            raw, got, n = hash_file(self.fs, p, keep)
         except FileNotFoundError:
             return None
         c.sha256[name] = got
@@ -748,15 +740,3 @@ def _decode_at(c: Any, s: Any, q: float) -> np.ndarray | None:
         if t > q + TOLERANCE_S:
             return None
     return None
-
-
-class _Counting:
-    """A binary file's reads, counted (the size of what was hashed)."""
-
-    def __init__(self, f: Any) -> None:
-        self.f, self.n = f, 0
-
-    def read(self, n: int = -1) -> bytes:
-        b = self.f.read(n)
-        self.n += len(b)
-        return b

@@ -34,7 +34,7 @@ from robo_ray.episode import png_bytes
 from robo_ray.images import decode_image
 from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
                                       compare_samples, sample_indices, spread_sample)
-from robo_ray.storage import HashingReader, join, open_sequential, sha256_file
+from robo_ray.storage import hash_file, join, open_sequential, sha256_file
 from robo_ray.writers.base import UnitResult, VerifyContext
 
 from robo_ray.formats.ortf.writer import (EPISODES, MANIFEST, STATS, TASKS, chunk_name, episode_id, episodes_schema,
@@ -246,15 +246,7 @@ class OrtfVerifier:
         """Hash one file of the unit (its bytes returned when `keep`, b"" otherwise); None when it is missing."""
         p = self.path(name)
         try:
-            if keep:
-                raw = self.fs.cat_file(p)
-                got, n = hashlib.sha256(raw).hexdigest(), len(raw)
-            else:
-                raw = b""
-                with open_sequential(self.fs, p) as f:
-                    counter = _Counting(f)
-                    got = HashingReader(counter).hexdigest()
-                    n = counter.n
+            raw, got, n = hash_file(self.fs, p, keep)
         except FileNotFoundError:
             return None
         c.sha256[name] = got
@@ -578,18 +570,6 @@ class OrtfVerifier:
         res.add("ortf read-back", counts and not errors,
                 f"the ORTF reader finds {inv.episodes_count} episodes / {inv.total_steps} steps{loaded}"
                 + (f"; errors: {'; '.join(errors[:5])}" if errors else ""))
-
-
-class _Counting:
-    """A binary file's reads, counted (the size of what was hashed)."""
-
-    def __init__(self, f: Any) -> None:
-        self.f, self.n = f, 0
-
-    def read(self, n: int = -1) -> bytes:
-        b = self.f.read(n)
-        self.n += len(b)
-        return b
 
 
 def _image_fn(frames: dict[int, av.VideoFrame], depth: bool, channels: int) -> Callable[[int], np.ndarray]:
