@@ -98,3 +98,40 @@ def sigkill_when(proc: subprocess.Popen, cond: Callable[[], Any], timeout: float
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+class UnitCheckSpy:
+    """Records who re-reads units during a run: `calls` (unit, made on a worker (no inventory, empty ledger), made
+    during Publisher.finish) per `Writer.verify_unit`, the checks it returned, and `re_reads` (unit) per call of the
+    verifier's `check_unit` (the one place a unit's files are re-read)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, writer_cls: type, verifier_cls: type) -> None:
+        from robo_ray.stages.pipeline import Publisher
+
+        self.calls: list[tuple[int, bool, bool]] = []
+        self.checks: list[Any] = []
+        self.re_reads: list[int] = []
+        finishing: list[bool] = []
+        verify_unit, check_unit, finish = writer_cls.verify_unit, verifier_cls.check_unit, Publisher.finish
+        spy = self
+
+        def counted_verify_unit(self, result, ctx):
+            spy.calls.append((result.shard_index, ctx.inv is None and ctx.ledger == {}, bool(finishing)))
+            check = verify_unit(self, result, ctx)
+            spy.checks.append(check)
+            return check
+
+        def counted_check_unit(self, result):
+            spy.re_reads.append(result.shard_index)
+            return check_unit(self, result)
+
+        def flagged_finish(self):
+            finishing.append(True)
+            try:
+                return finish(self)
+            finally:
+                finishing.clear()
+
+        monkeypatch.setattr(writer_cls, "verify_unit", counted_verify_unit)
+        monkeypatch.setattr(verifier_cls, "check_unit", counted_check_unit)
+        monkeypatch.setattr(Publisher, "finish", flagged_finish)

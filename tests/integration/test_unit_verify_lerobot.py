@@ -27,10 +27,10 @@ import pytest
 from robo_ray.config import load_config
 from robo_ray.formats.lerobot.verify import LeRobotVerifier
 from robo_ray.formats.lerobot.writer import LeRobotWriter
-from robo_ray.stages.pipeline import Publisher, run_pipeline
+from robo_ray.stages.pipeline import run_pipeline
 from robo_ray.stages.validate import UnitCheck
 from robo_ray.writers.base import Writer
-from tests.conftest import run_cli
+from tests.conftest import UnitCheckSpy, run_cli
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
 pytestmark = pytest.mark.timeout(600)
@@ -126,39 +126,16 @@ TAMPER = {"data": _change_a_value, "mp4": _flip_a_byte, "meta": _edit_episode_ro
 # ---- (a) one check per unit, made by its worker ----------------------------------------------------------------
 def test_run_checks_each_unit_once_on_its_worker(source: Path, tmp_path: Path, monkeypatch) -> None:
     assert LeRobotWriter.verify_unit is not Writer.verify_unit  # the writer verifies per unit
-    calls: list[tuple[int, bool, bool]] = []  # (unit, made on a worker, made during Publisher.finish)
-    checks: list[object] = []
-    re_reads: list[int] = []
+    spy = UnitCheckSpy(monkeypatch, LeRobotWriter, LeRobotVerifier)
+    calls, checks, re_reads = spy.calls, spy.checks, spy.re_reads
     renumbered: list[int] = []
-    finishing: list[bool] = []
-    verify_unit, check_unit, finish = LeRobotWriter.verify_unit, LeRobotVerifier.check_unit, Publisher.finish
     check_renumbered = LeRobotVerifier._check_renumbered
-
-    def counted_verify_unit(self, result, ctx):
-        calls.append((result.shard_index, ctx.inv is None and ctx.ledger == {}, bool(finishing)))
-        check = verify_unit(self, result, ctx)
-        checks.append(check)
-        return check
-
-    def counted_check_unit(self, result):
-        re_reads.append(result.shard_index)
-        return check_unit(self, result)
 
     def counted_renumbered(self, res, result):
         renumbered.append(result.shard_index)
         return check_renumbered(self, res, result)
 
-    def flagged_finish(self):
-        finishing.append(True)
-        try:
-            return finish(self)
-        finally:
-            finishing.clear()
-
-    monkeypatch.setattr(LeRobotWriter, "verify_unit", counted_verify_unit)
-    monkeypatch.setattr(LeRobotVerifier, "check_unit", counted_check_unit)
     monkeypatch.setattr(LeRobotVerifier, "_check_renumbered", counted_renumbered)
-    monkeypatch.setattr(Publisher, "finish", flagged_finish)
     out = tmp_path / "out"
     code, err = _run(source, out)
     assert code == 0, err[-3000:]

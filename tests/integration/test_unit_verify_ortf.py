@@ -22,8 +22,8 @@ import pytest
 from robo_ray.config import load_config
 from robo_ray.formats.ortf.verify import OrtfVerifier
 from robo_ray.formats.ortf.writer import OrtfWriter
-from robo_ray.stages.pipeline import Publisher, run_pipeline
-from tests.conftest import run_cli
+from robo_ray.stages.pipeline import run_pipeline
+from tests.conftest import UnitCheckSpy, run_cli
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
 pytestmark = pytest.mark.timeout(300)
@@ -57,29 +57,8 @@ def _sha(path: Path) -> str:
 
 
 def test_run_checks_each_unit_once_on_its_worker(source: Path, tmp_path: Path, monkeypatch) -> None:
-    calls: list[tuple[int, bool, bool]] = []  # (unit, made on a worker, made during Publisher.finish)
-    re_reads: list[int] = []
-    finishing: list[bool] = []
-    verify_unit, check_unit, finish = OrtfWriter.verify_unit, OrtfVerifier.check_unit, Publisher.finish
-
-    def counted_verify_unit(self, result, ctx):
-        calls.append((result.shard_index, ctx.inv is None and ctx.ledger == {}, bool(finishing)))
-        return verify_unit(self, result, ctx)
-
-    def counted_check_unit(self, result):
-        re_reads.append(result.shard_index)
-        return check_unit(self, result)
-
-    def flagged_finish(self):
-        finishing.append(True)
-        try:
-            return finish(self)
-        finally:
-            finishing.clear()
-
-    monkeypatch.setattr(OrtfWriter, "verify_unit", counted_verify_unit)
-    monkeypatch.setattr(OrtfVerifier, "check_unit", counted_check_unit)
-    monkeypatch.setattr(Publisher, "finish", flagged_finish)
+    spy = UnitCheckSpy(monkeypatch, OrtfWriter, OrtfVerifier)
+    calls, re_reads = spy.calls, spy.re_reads
     out = tmp_path / "out"
     cfg = load_config(None, ["target.format=ortf", *SETS], **{"source.url": str(source), "target.url": str(out)})
     outcome = run_pipeline(cfg)
