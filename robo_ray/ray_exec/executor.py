@@ -261,6 +261,12 @@ class RayExecutor:
             if procs:
                 time.sleep(0.01)
 
+    def disconnect(self) -> None:
+        """At the end of a process that joined a cluster: detach this driver (`ray.shutdown()` only disconnects
+        when the instance is not ours), so the cluster sees the job end rather than its driver vanish."""
+        if ray.is_initialized():
+            ray.shutdown()
+
     def shutdown(self) -> None:
         """Stop Ray if this executor started it."""
         try:

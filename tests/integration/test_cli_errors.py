@@ -1,6 +1,7 @@
 """Bad CLI input: one line on stderr, exit 2, no traceback (issue 2, acceptance 5)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,25 @@ def test_overwrite_replaces_previous_output(tmp_path: Path) -> None:
 ])
 def test_bad_arguments(args: tuple[str, ...], needle: str) -> None:
     _assert_one_line_usage_error(run_cli(*args), needle)
+
+
+def test_exit_skips_the_interpreter_teardown(tmp_path: Path) -> None:
+    """`robo-ray` ends with os._exit once everything is written: a native thread still alive during the
+    interpreter's teardown (Arrow's, after a failed parquet read) can abort a finished run with SIGABRT (seen once
+    in the bad-input corpus). An atexit hook planted in the child must therefore never run, and the exit code and
+    the output must still be the run's."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    marker = tmp_path / "teardown-ran"
+    (hook / "sitecustomize.py").write_text(
+        "import atexit, pathlib\n"
+        f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('ran'))\n")
+    src = write_lerobot_dataset(tmp_path / "src", DatasetSpec(episode_lengths=[5, 6]))
+    env = {"PYTHONPATH": os.pathsep.join(x for x in (str(hook), os.environ.get("PYTHONPATH")) if x)}
+    proc = run_cli("run", str(src), str(tmp_path / "out"), "--set", "validate.tfds_readback=false", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 episodes" in proc.stdout, proc.stdout  # stdout was flushed before the exit
+    assert (tmp_path / "out" / "final_report.md").exists()
+    assert not marker.exists(), "the interpreter's teardown ran (atexit hooks): the exit is not os._exit"
+    bad = run_cli("validate", str(tmp_path / "nope"), env=env)  # errors exit the same way, with their code
+    assert bad.returncode == 2 and not marker.exists(), bad.stderr
