@@ -86,7 +86,9 @@ def plan_units(refs: Sequence[EpisodeRef], features: dict[str, FeatureSpec], tar
             acc += sizes[k]
         pieces.append((a, g1))
     total = sum(sizes)
-    n_units = min(len(pieces), max(math.ceil(total / target), min_shards, math.ceil(len(table) / max_unit_episodes)))
+    want = max(math.ceil(total / target), min_shards, math.ceil(len(table) / max_unit_episodes))
+    pieces = _split_to(pieces, sizes, want)
+    n_units = min(len(pieces), want)
     # contiguous partition of pieces into n_units, balancing cumulative size (slots never decrease along pieces)
     spans: list[list[int] | None] = [None] * n_units
     acc = 0
@@ -102,6 +104,28 @@ def plan_units(refs: Sequence[EpisodeRef], features: dict[str, FeatureSpec], tar
         acc += psize
     cuts = [part for span in spans if span is not None for part in _cut(span[0], span[1], max_unit_episodes)]
     return [Unit(i, len(cuts), table[a:b]) for i, (a, b) in enumerate(cuts)]
+
+
+def _split_to(pieces: list[tuple[int, int]], sizes: list[int], want: int) -> list[tuple[int, int]]:
+    """Halve the largest piece of two or more episodes (at its size midpoint) until there are `want` pieces or none
+    can be split: a source of few large files (a v3.0 or RLDS file of many episodes, one Minari HDF5) still makes
+    `min_shards` units, so the actors share the work to the end (3 files on 2 actors: one actor idle for a third of
+    the run). A unit that starts inside a file seeks to its first episode, as the cuts above already do."""
+    pieces = list(pieces)
+    weight = [sum(sizes[a:b]) for a, b in pieces]
+    while len(pieces) < want:
+        splittable = [i for i, (a, b) in enumerate(pieces) if b - a > 1]
+        if not splittable:
+            break
+        k = max(splittable, key=lambda i: (weight[i], -i))
+        a, b = pieces[k]
+        mid, acc = a + 1, sizes[a]
+        while mid < b - 1 and 2 * acc < weight[k]:  # the first cut at or past half the piece's size
+            acc += sizes[mid]
+            mid += 1
+        pieces[k:k + 1] = [(a, mid), (mid, b)]
+        weight[k:k + 1] = [acc, weight[k] - acc]
+    return pieces
 
 
 def _cut(start: int, end: int, most: int) -> list[tuple[int, int]]:

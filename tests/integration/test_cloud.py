@@ -136,7 +136,7 @@ def test_s3_to_gcs_matches_local(s3_server, gcs_server, env, sources, reference,
     assert [int(e["episode_metadata"]["episode_id"]) for e in episodes] == [0, 1, 2, 3]
     assert sum(len(e["steps"]["is_first"]) for e in episodes) == 420
     ledger = json.loads((out / "ledger.json").read_text())
-    assert ledger["complete"] and len(ledger["shards"]) == 1
+    assert ledger["complete"] and len(ledger["shards"]) == 4  # one file of 4 episodes: plan.min_shards units
 
 
 # ---- 2 + 4. GCS -> S3 on Ray with 2 actors; no secret anywhere --------------------------------------------------------
@@ -350,7 +350,7 @@ def test_commit_marker_refuses_a_second_publisher(s3_server, sources, monkeypatc
     assert job["target"]["storage_options"]["secret"] == "***"
     again = run_pipeline(cfg, resume=True, executor=InProcessExecutor())
     assert again.exit_code == 0, again.message
-    assert json.loads(fs.cat_file(f"{prefix}/ledger.json"))["resumed_shards"] == [0]
+    assert json.loads(fs.cat_file(f"{prefix}/ledger.json"))["resumed_shards"] == [0, 1, 2, 3]
     assert json.loads(fs.cat_file(f"{prefix}/commit.json"))["run_id"] != marker["run_id"]  # published again
 
     original = pipeline.Publisher._publish_commit_marker

@@ -226,4 +226,4 @@ def test_local_destination_refused_unless_shared(cluster, source, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "validation passed" in r.stdout
     shards = list(dst.glob("rlds/*/*/*.tfrecord-*"))
-    assert len(shards) == 2, shards
+    assert len(shards) == 4, shards  # plan.min_shards=4: 4 episodes, 4 units

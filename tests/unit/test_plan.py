@@ -65,8 +65,21 @@ def test_a_many_episode_file_is_cut_into_units_of_at_most_max_unit_episodes() ->
     """20,000 short episodes in one file were one unit on one worker; now units of <= max_unit_episodes."""
     refs = [EpisodeRef(i, 20, "data/file-0.parquet") for i in range(2500)]
     units = plan_units(refs, {}, target_shard_mb=256, min_shards=4, max_unit_episodes=1000)
-    assert [len(u.refs) for u in units] == [1000, 1000, 500]
+    assert [len(u.refs) for u in units] == [500, 500, 1000, 500]  # 3 pieces of <= 1000, the first halved: 4 units
     assert _flat(units) == list(range(2500))
     units = plan_units(refs, {}, target_shard_mb=256, min_shards=4, max_unit_episodes=300)
     assert max(len(u.refs) for u in units) <= 300 and _flat(units) == list(range(2500))
-    assert len(plan_units(refs[:10], {}, 256, 4, 1000)) == 1  # a small file stays one unit
+
+
+def test_few_files_still_make_min_shards_units() -> None:
+    """One file of 10 episodes (a Minari HDF5, a v3.0 or RLDS file) was one unit: one actor worked, the others
+    idled, and tfds' shuffle_files had one shard. Now the largest pieces are halved at their size midpoint until
+    there are `min_shards`, each unit a contiguous run of episodes."""
+    refs = [EpisodeRef(i, 20, "data/file-0.parquet") for i in range(10)]
+    units = plan_units(refs, {}, 256, 4, 1000)
+    assert [len(u.refs) for u in units] == [3, 2, 3, 2] and _flat(units) == list(range(10))
+    uneven = [EpisodeRef(i, n, "data/file-0.parquet") for i, n in enumerate([100, 10, 10, 10, 10, 60])]
+    assert [u.episode_indices for u in plan_units(uneven, {}, 256, 2, 1000)] == [[0], [1, 2, 3, 4, 5]]
+    assert len(plan_units(refs[:3], {}, 256, 4, 1000)) == 3  # never more units than episodes
+    two_files = [EpisodeRef(i, 20, f"data/file-{i // 6}.parquet") for i in range(12)]
+    assert [len(u.refs) for u in plan_units(two_files, {}, 256, 4, 1000)] == [3, 3, 3, 3]
