@@ -472,6 +472,7 @@ def video_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> in
         sets.append(f"validate.sample_episodes={args.sample_episodes}")
     if resize:
         sets.append(f"images.resize=[{resize[0]},{resize[1]}]")
+    sets += args.set or []
     result: dict[str, Any] = {"dataset": name, "source": str(src), "environment": env, "jpeg_quality": quality,
                               "resize": list(resize) if resize else None, "episodes_in_dataset": total,
                               "small_episodes": small, "big_episodes": big or total, "video_files": len(files),
@@ -599,6 +600,7 @@ def short_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> in
     sets = ["validate.tfds_readback=false"]
     if args.sample_episodes is not None:
         sets.append(f"validate.sample_episodes={args.sample_episodes}")
+    sets += args.set or []
     name = f"short_{n}x{steps}"
     result: dict[str, Any] = {"dataset": name, "source": str(src), "environment": env, "episodes": n,
                               "steps_per_episode": steps, "small_episodes": small, "run_settings": sets,
@@ -757,6 +759,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      "resize + JPEG limit, which the runs are then held to")
     ap.add_argument("--sample-episodes", type=int,
                     help="validate.sample_episodes of the runs (default: the config's, 50)")
+    ap.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="an extra `robo-ray run --set` for every run (repeatable), e.g. convert.decode_ahead=0")
     ap.add_argument("--repeat", type=int, default=2, help="measure each limit and run this many times, keep the "
                                                           "best (default 2)")
     ap.add_argument("--short-episodes", type=int, metavar="N", help="mode 2: N short state-only episodes")
