@@ -28,10 +28,12 @@ repository root with PYTHONPATH=. ; every mode writes bench/results/throughput-<
      exit) cancels out; what is left is the conversion's cost per frame, per-unit verification on the workers
      included. Whole-command frames/s = frames_big / wall_big. Fixed s = wall_big - frames_big / marginal (the
      intercept). Every run: `--set validate.tfds_readback=false` (the tfds read-back is a fixed cost, measured by
-     mode 3), `convert.max_quarantine_fraction=1.0` (g1 has 4 episodes without video), validate.sample_episodes
-     left at the default (50: the source comparison of up to 50 sampled episodes, first/middle/last step; on a
-     dataset of more than 50 episodes a fixed cost, on these <= 50-episode datasets counted per episode, which can
-     only lower the ratios; `--sample-episodes 0` turns it off), and `--set images.resize=[H,W]` with --resize.
+     mode 3), `convert.max_quarantine_fraction=1.0` (g1 has 4 episodes without video),
+     `validate.sample_episodes=min(50, small)` (the source comparison re-decodes first/middle/last frames of up to
+     50 sampled episodes, the config's default: a fixed cost on any dataset of more than 50 episodes, so both runs
+     sample the same number and it cancels out like the other fixed costs; with the default 50 on a <= 50-episode
+     dataset it was counted per episode, once more in the big run; `--sample-episodes N` sets it), and
+     `--set images.resize=[H,W]` with --resize.
    * Ratios with PASS/FAIL: in-process marginal / 1-process limit >= 0.9; 2-actor marginal / 2-process limit >= 0.8
      (acceptance 1); 1 actor against the 1-process limit and against in-process, 2 actors against 1 (information).
 
@@ -446,6 +448,14 @@ CEILINGS = (("decode_only", "decode-only"), ("decode_jpeg_yuv", "decode + JPEG (
             ("decode_rgb_resize_jpeg", "decode + RGB + resize + JPEG"))
 
 
+def fixed_sample(requested: int | None, small: int) -> int:
+    """validate.sample_episodes of both runs: as requested, else the config's default capped at the small run's
+    episodes, so that the sampled source comparison is the same fixed cost in the small and the big run."""
+    from robo_ray.config import ValidateConfig
+
+    return requested if requested is not None else min(ValidateConfig().sample_episodes, small)
+
+
 def video_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> int:
     from robo_ray.config import JobConfig
 
@@ -467,9 +477,8 @@ def video_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> in
     modes = (args.modes or "inprocess,1,2").split(",")
     procs = [int(x) for x in args.procs.split(",")]
     name = src.name + (f"-resize{resize[0]}x{resize[1]}" if resize else "")
-    sets = ["validate.tfds_readback=false", "convert.max_quarantine_fraction=1.0"]
-    if args.sample_episodes is not None:
-        sets.append(f"validate.sample_episodes={args.sample_episodes}")
+    sets = ["validate.tfds_readback=false", "convert.max_quarantine_fraction=1.0",
+            f"validate.sample_episodes={fixed_sample(args.sample_episodes, small)}"]
     if resize:
         sets.append(f"images.resize=[{resize[0]},{resize[1]}]")
     sets += args.set or []
@@ -758,7 +767,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resize", metavar="HxW", help="images.resize=[H,W] in the runs; adds the decode + RGB + "
                                                      "resize + JPEG limit, which the runs are then held to")
     ap.add_argument("--sample-episodes", type=int,
-                    help="validate.sample_episodes of the runs (default: the config's, 50)")
+                    help="validate.sample_episodes of the runs (default: the config's 50, at most the small run's "
+                         "episodes: the same fixed cost in both runs)")
     ap.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="an extra `robo-ray run --set` for every run (repeatable), e.g. convert.decode_ahead=0")
     ap.add_argument("--repeat", type=int, default=2, help="measure each limit and run this many times, keep the "
