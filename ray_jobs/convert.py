@@ -32,4 +32,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from robo_ray.cli import exit_now
+
+    exit_now(main())  # as `robo-ray`: no interpreter teardown after the job's output is committed

@@ -400,7 +400,12 @@ def entry() -> None:
     Ray's atexit shutdown (2-3 s stopping the head processes and workers one by one): Ray's processes, all under
     this process, are killed with their agents and workers (`RayExecutor.stop_now`), and waited for; one that
     joined a cluster disconnects its driver first."""
-    code = main()
+    exit_now(main())
+
+
+def exit_now(code: int) -> None:
+    """End this process with `code` once everything is written: flush, shut logging down, stop (or disconnect from)
+    Ray, then `os._exit` (no interpreter teardown; see `entry`)."""
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
