@@ -457,6 +457,8 @@ class Publisher:
             return InFlight.done(self.attempts.get(unit_index, 0), self.results[unit_index].to_dict())
         n = self.attempts.get(unit_index, 0) + 1
         self.attempts[unit_index] = n
+        if not self.started:  # first_unit_started -> last_unit_committed: the conversion, without start-up
+            self.spec.clock.mark_once("first_unit_started")
         self.started.setdefault(unit_index, _now())
         self.workers.setdefault(unit_index, []).append(worker)
         if n > 1:
@@ -716,6 +718,8 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
         tracker.start(publisher.status())
         if hasattr(executor, "on_beat"):
             executor.on_beat = tracker.beat  # type: ignore[attr-defined]
+    if pending:
+        clock.mark_once("first_unit_started")
     for res in executor.run(pending, job):
         publisher.record(res)
         if tracker is not None:

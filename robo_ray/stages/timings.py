@@ -6,7 +6,9 @@ publish; a Ray actor in another process) land in one file. Stamps are `time.time
 stamps of different processes on one machine compare (across machines: as well as their clocks agree).
 
 Stages run one after the other: `begin(name)` ends the stage still open (unless something already ended it) and
-starts `name`; `end(name)` sets a stage's end (again: the latest call wins), `mark(name)` an instant.
+starts `name`; `end(name)` sets a stage's end (again: the latest call wins), `mark(name)` an instant. Marks of a
+run: `first_unit_started` (the first unit handed to a worker) and `last_unit_committed`; between them is the
+conversion without Ray's or the actors' start-up (bench.throughput's window marginal).
 """
 from __future__ import annotations
 
@@ -53,6 +55,10 @@ class StageClock:
 
     def mark(self, name: str) -> None:
         self.marks[name] = time.time()
+
+    def mark_once(self, name: str) -> None:
+        """Record the instant `name` unless it is already recorded (e.g. first_unit_started)."""
+        self.marks.setdefault(name, time.time())
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form; a stage still open ends now."""

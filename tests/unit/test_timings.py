@@ -42,3 +42,5 @@ def test_a_run_writes_every_stage_in_order(tmp_path: Path) -> None:
     bounds = [x for s in STAGES for x in (t["stages"][s]["start"], t["stages"][s]["end"])]
     assert bounds == sorted(bounds), t  # one after the other
     assert t["marks"]["last_unit_committed"] == t["stages"]["convert"]["end"]
+    convert = t["stages"]["convert"]
+    assert convert["start"] <= t["marks"]["first_unit_started"] < t["marks"]["last_unit_committed"], t
