@@ -288,7 +288,10 @@ def small_and_big(src: str, work: Path, modes: list[str], small: int, big: int |
         s, b = best(runs[m]["small"]), best(runs[m]["big"])
         out[m] = {"small": s, "big": b, "small_all_walls": _walls(runs[m]["small"]),
                   "big_all_walls": _walls(runs[m]["big"]), "marginal": marginal(s, b, unit),
-                  "window_marginal": window_marginal(runs[m]["small"], runs[m]["big"], unit),
+                  # Ray's start, the actors', Discover, Validate and the exit are outside the window (their noise
+                  # too); the end of the conversion (the last unit alone) is inside
+                  "window_marginal": marginal(best(runs[m]["small"], "window_seconds"),
+                                              best(runs[m]["big"], "window_seconds"), unit, "window_seconds")["rate"],
                   "errors": [r["error"] for r in runs[m]["small"] + runs[m]["big"] if "error" in r]}
     return out
 
@@ -304,37 +307,25 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def best(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The run with the lowest wall among the successful ones (same episodes in each)."""
-    ok = [r for r in runs if "error" not in r]
-    return min(ok, key=lambda r: r["wall_seconds"]) if ok else None
+def best(runs: list[dict[str, Any]], seconds: str = "wall_seconds") -> dict[str, Any] | None:
+    """The run with the lowest `seconds` (the wall, or window_seconds: the conversion window of
+    logs/timings.json, first_unit_started -> last_unit_committed) among the successful ones that have it."""
+    ok = [r for r in runs if "error" not in r and r.get(seconds) is not None]
+    return min(ok, key=lambda r: r[seconds]) if ok else None
 
 
-def marginal(small: dict[str, Any] | None, big: dict[str, Any] | None, key: str) -> dict[str, Any]:
-    """(big[key] - small[key]) / (wall_big - wall_small) and the intercept (the run's fixed cost)."""
+def marginal(small: dict[str, Any] | None, big: dict[str, Any] | None, key: str,
+             seconds: str = "wall_seconds") -> dict[str, Any]:
+    """(big[key] - small[key]) / (big[seconds] - small[seconds]) and the intercept (the run's fixed cost)."""
     if small is None or big is None:
         return {"rate": None, "why": "a run failed"}
-    dn, dt = big[key] - small[key], big["wall_seconds"] - small["wall_seconds"]
+    dn, dt = big[key] - small[key], big[seconds] - small[seconds]
     if dn <= 0 or dt <= 0:
-        return {"rate": None, "why": f"no difference to measure ({key} {dn:+}, wall {dt:+.2f} s): the runs differ "
+        label = seconds.removesuffix("_seconds")
+        return {"rate": None, "why": f"no difference to measure ({key} {dn:+}, {label} {dt:+.2f} s): the runs differ "
                                      "by less than the noise; more episodes between --small and --big, or --repeat"}
     rate = dn / dt
-    return {"rate": rate, "delta": dn, "delta_seconds": dt, "fixed_seconds": big["wall_seconds"] - big[key] / rate}
-
-
-def window_marginal(small: list[dict[str, Any]], big: list[dict[str, Any]], key: str) -> float | None:
-    """The marginal rate over the conversion window (logs/timings.json: first_unit_started ->
-    last_unit_committed, the shortest of each size): Ray's start, the actors', Discover, Validate and the exit are
-    outside it, so their noise is too; the end of the conversion (the last unit alone) is inside."""
-    def shortest(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-        ok = [r for r in runs if "error" not in r and r.get("window_seconds")]
-        return min(ok, key=lambda r: r["window_seconds"]) if ok else None
-
-    s, b = shortest(small), shortest(big)
-    if s is None or b is None:
-        return None
-    dn, dt = b[key] - s[key], b["window_seconds"] - s["window_seconds"]
-    return dn / dt if dn > 0 and dt > 0 else None
+    return {"rate": rate, "delta": dn, "delta_seconds": dt, "fixed_seconds": big[seconds] - big[key] / rate}
 
 
 # ------------------------------------------------------------------------------------------------- environment
