@@ -70,6 +70,7 @@ class ConvertConfig(BaseModel):
     nan_policy: Literal["quarantine", "fail", "allow"] = "quarantine"
     decoder_threads: int = Field(1, ge=0, le=64)
     decode_ahead: int = Field(8, ge=0, le=256)  # a decoding thread per camera, this many frames ahead (0: none)
+    decode_thread: Literal["auto"] | bool = "auto"  # auto: only where the converter has a CPU to spare
     max_quarantine_fraction: float = Field(0.0, ge=0.0, le=1.0)
     unit_timeout_s: float | None = Field(3600.0, ge=1.0, le=7 * 24 * 3600.0)
     read_timeout_s: float | None = Field(300.0, ge=1.0, le=24 * 3600.0)

@@ -351,7 +351,7 @@ class RayExecutor:
             log.warning("TEST-ONLY fault injection active: %s", faults.describe())
             print(f"robo-ray: WARNING test-only fault injection active: {faults.describe()}", file=sys.stderr)
         actors = self._actors(n)
-        ctx = ray.put(WorkerContext(uuid.uuid4().hex, job, coordinator, self.max_attempts, faults))
+        ctx = ray.put(WorkerContext(uuid.uuid4().hex, job, coordinator, self.max_attempts, faults, cpus / n))
         # longest units first (LPT): the pool's last unit is a short one, so no actor idles through a long tail
         queue = deque(sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index)))
         calls: dict[int, int] = {}

@@ -30,6 +30,7 @@ class WorkerContext:
     coordinator: Any  # the Publisher actor (or an AttemptCounter): attempts, heartbeats, the ledger
     max_attempts: int
     faults: FaultPlan = field(default_factory=FaultPlan)
+    cpus_per_actor: float = 1.0  # the cluster's CPUs / the pool's actors: decides the decoding threads
 
 
 def _warm_imports() -> None:
@@ -78,7 +79,8 @@ class UnitActor:
         if ctx.key != self.key:
             self._close()
             self.coordinator, self.max_attempts, self.faults = ctx.coordinator, ctx.max_attempts, ctx.faults
-            self.converter = ctx.job.make_converter(ChainedHooks(self.faults.hooks(), WatchdogHooks()))
+            self.converter = ctx.job.make_converter(ChainedHooks(self.faults.hooks(), WatchdogHooks()),
+                                                    cpus=ctx.cpus_per_actor)
             self.key = ctx.key
         return self.convert(pickle.loads(blob))
 

@@ -8,6 +8,7 @@ consumes it) and hands it to the writer's unit sink. It names no format: the wri
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class ConvertOptions:
     nan_policy: str = "quarantine"  # quarantine | fail | allow
     decoder_threads: int = 1
     decode_ahead: int = 8  # frames a camera's decoding thread may run ahead of the writer (0: no thread)
+    decode_thread: bool | str = "auto"  # True | False | "auto": a thread only with a spare CPU (`decodes_in_thread`)
     source_storage_options: dict[str, Any] = field(default_factory=dict)
     target_storage_options: dict[str, Any] = field(default_factory=dict)
     source_options: dict[str, Any] = field(default_factory=dict)  # the reader's keywords (config source.options)
@@ -85,13 +87,37 @@ def _quarantined_hook(hooks: Any, ref: EpisodeRef) -> None:
         fn(ref)
 
 
+def machine_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def decodes_in_thread(options: ConvertOptions, cpus: float | None = None) -> bool:
+    """Whether each camera is decoded in a thread of its own (`DecodeAhead`): `decode_thread` True / False, or auto:
+    only when the converter has a second CPU to itself (`cpus`: its share; None: the whole machine). The thread
+    lets one process use two cores; where every core already runs a converter (2 actors on 2 CPUs) it only adds
+    hand-offs and cache misses (g1 with 2 actors: 0.79 of the decode + JPEG limit with it, 0.81-0.84 without;
+    docs/NOTES.md)."""
+    if options.decode_ahead <= 0 or options.decode_thread is False:
+        return False
+    if options.decode_thread is True:
+        return True
+    return (machine_cpus() if cpus is None else cpus) >= 2
+
+
 class UnitConverter:
-    """Converts units of one source into one target's units; reusable across many units."""
+    """Converts units of one source into one target's units; reusable across many units. `cpus` is the share of
+    CPUs this converter may count on (None: the machine's): it decides the decoding threads (`decodes_in_thread`)."""
 
     def __init__(self, source_url: str, source_format: str | None, mapping: Mapping, writer: Writer,
                  options: ConvertOptions | None = None, reader: Reader | None = None,
-                 hooks: ConvertHooks | None = None, verify: "UnitVerifySpec | None" = None) -> None:
+                 hooks: ConvertHooks | None = None, verify: "UnitVerifySpec | None" = None,
+                 cpus: float | None = None) -> None:
         self.options = options or ConvertOptions()
+        self.decode_thread = decodes_in_thread(self.options, cpus)
         self._owns_reader = reader is None
         self.reader = reader or open_reader(source_url, source_format, self.options.source_storage_options,
                                             self.options.source_options)
@@ -231,7 +257,7 @@ class UnitConverter:
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
         frames = self._decode_video(ep, fm, ref)
-        if self.options.decode_ahead:  # decoded in a thread while the writer encodes (both release the GIL)
+        if self.decode_thread:  # decoded in a thread while the writer encodes (both release the GIL)
             frames = DecodeAhead(frames, self.options.decode_ahead)
         return Frames(ep.length, frames, shape, fm.dtype)
 

@@ -79,7 +79,7 @@ UNIT_TIMED_OUT = "EP902"  # a read made no progress / the unit ran over its time
 UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT)
 # config keys that change how a run is supervised, not what it writes: a --resume may change them
 EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"), ("convert", "decode_ahead"),
-                  ("target", "shared"))
+                  ("convert", "decode_thread"), ("target", "shared"))
 
 
 def _now() -> str:
@@ -123,10 +123,11 @@ class JobSpec:
         return writer_class(self.target_format)(self.out_url, mapping, self.options.target_storage_options,
                                                 self.target_options)
 
-    def make_converter(self, hooks: ConvertHooks | None = None) -> UnitConverter:
+    def make_converter(self, hooks: ConvertHooks | None = None, cpus: float | None = None) -> UnitConverter:
+        """The worker's converter; `cpus`: its share of the CPUs (None: the machine's; see `decodes_in_thread`)."""
         writer = self.make_writer()
         return UnitConverter(self.source_url, self.source_format, writer.mapping, writer, self.options,
-                             hooks=hooks, verify=self.verify)
+                             hooks=hooks, verify=self.verify, cpus=cpus)
 
 
 class InProcessExecutor:
@@ -694,7 +695,7 @@ def _run_locked(cfg: JobConfig, cfg_dump: dict[str, Any], reader: Reader, out_fs
 
     options = ConvertOptions(video_tolerance_s=cfg.convert.video_tolerance_s, nan_policy=cfg.convert.nan_policy,
                              decoder_threads=cfg.convert.decoder_threads,
-                             decode_ahead=cfg.convert.decode_ahead,
+                             decode_ahead=cfg.convert.decode_ahead, decode_thread=cfg.convert.decode_thread,
                              source_storage_options=cfg.source.storage_options,
                              target_storage_options=cfg.target.storage_options,
                              source_options=dict(cfg.source.options))
