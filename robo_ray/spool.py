@@ -1,6 +1,6 @@
 """A BytesList feature that does not have to fit in memory: its items (JPEG frames of one camera over one
-episode) are kept protobuf-encoded in a spooled temporary file, in memory up to `max_memory` bytes and on an
-anonymous scratch file beyond (O_TMPFILE on Linux: no name ever appears, nothing to clean up after a crash)."""
+episode) are kept in memory up to `max_memory` bytes (as they came: no copy), and protobuf-encoded on an anonymous
+scratch file beyond (O_TMPFILE on Linux: no name ever appears, nothing to clean up after a crash)."""
 from __future__ import annotations
 
 import os
@@ -15,29 +15,48 @@ _TAG_VALUE = varint((1 << 3) | 2)  # BytesList.value = 1, length-delimited
 
 
 class BytesSpool:
-    """Append-only list of byte strings, stored as the payload of a `tf.train.BytesList`."""
+    """Append-only list of byte strings, stored as the payload of a `tf.train.BytesList`. In memory the items are
+    kept as the byte strings they came as (no copy on append, none when read back); past `max_memory` bytes
+    everything moves to the scratch file, which takes the appends from then on."""
 
     def __init__(self, scratch_dir: str | None = None, max_memory: int = DEFAULT_MAX_MEMORY) -> None:
-        self._file = tempfile.SpooledTemporaryFile(max_size=max_memory, dir=scratch_dir)
+        self._dir = scratch_dir
+        self._max_memory = max_memory
+        self._parts: list[bytes] = []  # in memory: field head, item, field head, item, ...
+        self._file: Any = None  # the anonymous scratch file, once spilled
         self.count = 0
         self.size = 0  # encoded payload bytes
 
     def append(self, item: bytes) -> None:
         head = _TAG_VALUE + varint(len(item))
-        self._file.write(head)
-        self._file.write(item)
         self.count += 1
         self.size += len(head) + len(item)
+        if self._file is None:
+            self._parts += (head, item)
+            if self.size > self._max_memory:
+                self._spill()
+        else:
+            self._file.write(head)
+            self._file.write(item)
+
+    def _spill(self) -> None:
+        self._file = tempfile.TemporaryFile(dir=self._dir)
+        self._file.writelines(self._parts)
+        self._parts = []
 
     def __len__(self) -> int:
         return self.count
 
     @property
     def on_disk(self) -> bool:
-        return bool(getattr(self._file, "_rolled", False))
+        return self._file is not None
 
     def chunks(self, block: int = 4 << 20) -> Iterator[bytes]:
-        """The encoded payload, in blocks of at most `block` bytes (reads the spool from the start)."""
+        """The encoded payload in order: in memory, the heads and items as they are; from the scratch file, in
+        blocks of at most `block` bytes (read from the start)."""
+        if self._file is None:
+            yield from self._parts
+            return
         self._file.seek(0)
         remaining = self.size
         while remaining:
@@ -49,7 +68,10 @@ class BytesSpool:
         self._file.seek(0, 2)
 
     def __iter__(self) -> Iterator[bytes]:
-        """The byte strings back, one at a time (reads the spool from the start)."""
+        """The byte strings back, one at a time."""
+        if self._file is None:
+            yield from self._parts[1::2]
+            return
         f = self._file
         f.seek(0)
         for _ in range(self.count):
@@ -58,7 +80,9 @@ class BytesSpool:
         f.seek(0, 2)
 
     def close(self) -> None:
-        self._file.close()
+        self._parts = []
+        if self._file is not None:
+            self._file.close()
 
     def __enter__(self) -> "BytesSpool":
         return self

@@ -847,23 +847,27 @@ def open_sequential(fs: fsspec.AbstractFileSystem, path: str):
 
 class HashingReader:
     """Wraps a binary file so one pass both parses and hashes it: every byte read goes into sha256;
-    `hexdigest` first hashes whatever was not read (e.g. after a corrupt record)."""
+    `hexdigest` first hashes whatever was not read (e.g. after a corrupt record). With `hashing=False` it only
+    counts the bytes (`n`) and `hexdigest` returns "" after reading to the end."""
 
-    def __init__(self, f: Any, chunk: int = 4 << 20) -> None:
-        self.f, self.chunk, self._h = f, chunk, hashlib.sha256()
-        self.n = 0  # bytes hashed so far
+    def __init__(self, f: Any, chunk: int = 4 << 20, hashing: bool = True) -> None:
+        self.f, self.chunk = f, chunk
+        self._h = hashlib.sha256() if hashing else None
+        self.n = 0  # bytes read so far
 
     def read(self, n: int = -1) -> bytes:
         b = self.f.read(n)
-        self._h.update(b)
+        if self._h is not None:
+            self._h.update(b)
         self.n += len(b)
         return b
 
     def hexdigest(self) -> str:
         while b := self.f.read(self.chunk):
-            self._h.update(b)
+            if self._h is not None:
+                self._h.update(b)
             self.n += len(b)
-        return self._h.hexdigest()
+        return self._h.hexdigest() if self._h is not None else ""
 
 
 def sha256_file(fs: fsspec.AbstractFileSystem, path: str) -> str:

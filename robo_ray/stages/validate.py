@@ -328,7 +328,7 @@ class UnitVerifySpec:
         """`writer.verify_unit` of a unit just committed by this worker (the unit's own refs, no inventory)."""
         refs = {r.episode_index: r for r in unit.refs}
         ctx = VerifyContext({}, None, reader, set(self.sample_ids) & set(refs), self.min_psnr_db, False,
-                            self.allow_nonfinite, refs=refs)
+                            self.allow_nonfinite, refs=refs, rehash=False)
         return run_unit_check(writer, result, ctx)
 
 

@@ -185,6 +185,9 @@ class VerifyContext:
     refs: "dict[int, EpisodeRef] | None" = None  # episode -> ref, when there is no inventory (a worker)
     unit_checks: "UnitChecks | None" = None  # merged UnitChecks of every committed unit (Validator fills it)
     readback_shards: int = 2  # how many files the loader's read-back reads (0 = all)
+    # False on the worker that has just written the unit: a writer whose files carry their own checksums (TFRecord
+    # CRCs) may then check those instead of hashing the files again, and keep the digests taken while writing
+    rehash: bool = True
 
     def results(self) -> list[UnitResult]:
         return [UnitResult.from_dict(s) for s in self.ledger.get("shards", [])]

@@ -71,6 +71,48 @@ def test_each_unit_is_reread_once_by_the_converter(source: Path, tmp_path: Path,
     assert stats["num_transitions"] == sum(LENGTHS) and stats["action"]["mean"]  # merged from the unit checks
 
 
+@pytest.mark.parametrize("damage", ["flip", "append"])
+def test_the_workers_check_catches_a_shard_changed_after_its_commit(source: Path, tmp_path: Path, monkeypatch,
+                                                                    damage: str) -> None:
+    """The worker does not hash a shard it has just written again (its records' CRCs and its size stand for the
+    digest): one bit flipped, or bytes added, between the commit and that check still fail validation, naming
+    the shard, and the digest the ledger keeps is the one taken while writing."""
+    from robo_ray.formats.rlds.writer import ShardSink
+
+    original = ShardSink.commit
+    damaged: list[str] = []
+
+    def commit_then_damage(self):
+        res = original(self)
+        if res.shard_index == 2:
+            path = Path(self.final_path)
+            data = bytearray(path.read_bytes())
+            if damage == "flip":
+                data[len(data) // 2] ^= 0x01
+            else:
+                data += b"\0" * 16
+            path.write_bytes(bytes(data))
+            damaged.append(path.name)
+        return res
+
+    monkeypatch.setattr(ShardSink, "commit", commit_then_damage)
+    out = tmp_path / "out"
+    outcome = run_pipeline(_config(source, out, "validate.tfds_readback=false"), stderr=open(os.devnull, "w"))
+    assert damaged and outcome.exit_code != 0 and not outcome.validation_passed
+    report = (out / "validation_report.md").read_text()
+    assert damaged[0] in report
+    ledger = json.loads((out / "ledger.json").read_text())
+    written = {s["filename"]: s["sha256"] for s in ledger["shards"]}
+    intact = [p for p in _shards(out) if p.name != damaged[0]]
+    assert intact and all(written[p.name] == sha256_of(p) for p in intact)
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_validate_rereads_every_unit_and_names_a_tampered_shard(converted: Path, tmp_path: Path) -> None:
     import shutil
 

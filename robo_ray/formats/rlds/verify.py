@@ -136,7 +136,9 @@ class RldsVerifier:
     def check_unit(self, r: UnitResult) -> UnitCheck:
         """Re-read one shard (CRC-checked framing, our Example parser, hashed in the same pass): its episodes and
         steps against the ledger entry `r`, schema, NaN/Inf, sampled images, statistics, the sampled episodes
-        against the source."""
+        against the source. On the worker that has just written it (`ctx.rehash` False) the shard is not hashed
+        again: every record's CRC, taken from the bytes that were hashed while writing, and the file's size
+        matching stand for the digest, which stays the ledger's (about 30 us a 60 KB frame saved)."""
         c = UnitCheck(r.shard_index)
         name = r.filename
         if not name:
@@ -151,8 +153,9 @@ class RldsVerifier:
         except FileNotFoundError:
             c.count("missing_files")  # named by the dataset-level listing
             return c
+        rehash = self.ctx.rehash or not r.sha256
         with raw_file as raw:
-            f = HashingReader(raw)  # one pass: records parsed and the file hashed
+            f = HashingReader(raw, hashing=rehash)  # one pass: records parsed and the file hashed
             try:
                 for rec in iter_records(f):
                     count += 1
@@ -173,11 +176,13 @@ class RldsVerifier:
                     c.count("bad_images", self._check_images(ex, T))
             except ValueError as exc:
                 corrupt = exc
-            sha = f.hexdigest()
+            sha = f.hexdigest() or r.sha256
         c.sha256[name] = sha
         if r.sha256 and r.sha256 != sha:
             c.fail(f"checksum {name}", f"shard {name} sha256 {sha[:12]}… differs from the ledger's {r.sha256[:12]}… "
                    "(modified after conversion)")
+        if r.num_bytes and f.n != r.num_bytes and corrupt is None:
+            c.fail(f"shard size {name}", f"shard {name} is {f.n} bytes, the ledger says {r.num_bytes}")
         if corrupt is not None:
             c.fail(f"shard {name}", f"shard {name} is corrupt: {corrupt}")
         elif count != len(r.episodes):
