@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ import ray
 from robo_ray.ray_exec.faults import FaultPlan
 from robo_ray.stages.convert import ChainedHooks
 from robo_ray.stages.pipeline import (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT, JobSpec, Publisher, PublishSpec,
-                                     quarantine_unit)
+                                     busy_on, quarantine_unit)
 from robo_ray.stages.plan import Unit
 from robo_ray.watchdog import ACTIVITY, ACTOR_BEAT_S, InFlight, Limits, WatchdogHooks, with_quarantined, without
 from robo_ray.writers import UnitResult
@@ -30,7 +31,7 @@ class WorkerContext:
     coordinator: Any  # the Publisher actor (or an AttemptCounter): attempts, heartbeats, the ledger
     max_attempts: int
     faults: FaultPlan = field(default_factory=FaultPlan)
-    cpus_per_actor: float = 1.0  # the cluster's CPUs / the pool's actors: decides the decoding threads
+    cpus_per_actor: float = 1.0  # the cluster's CPUs / the pool's actors: the share when the node's is unknown
 
 
 def _warm_imports() -> None:
@@ -43,6 +44,41 @@ def _warm_imports() -> None:
             importlib.import_module(name)
         except ImportError:  # an optional codec library: the unit that needs it will say so
             pass
+
+
+class NodeShare:
+    """A pool actor's share of its node's CPUs while it converts (a `CpuShare` for its converter): the node's CPUs
+    over the units in flight on the node, asked of the coordinator at most every `refresh_s` (the converter asks
+    before each video episode). Two actors on a 2-CPU node: 1 each, so no decoding threads (they would only take
+    turns on cores already busy); once the other one runs out of units, 2, and the last units of the run decode
+    their cameras in threads of their own. `fallback` (the cluster's CPUs / actors) when the answer is late."""
+
+    def __init__(self, coordinator: Any, host: str, node_cpus: float, fallback: float, refresh_s: float = 0.5) -> None:
+        self.coordinator, self.host, self.node_cpus, self.fallback = coordinator, host, node_cpus, fallback
+        self.refresh_s = refresh_s
+        self._at: float | None = None
+        self._share = fallback
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if self._at is None or now - self._at >= self.refresh_s:
+            self._at = now
+            try:
+                busy = int(ray.get(self.coordinator.busy_on.remote(self.host), timeout=5))
+            except Exception:  # noqa: BLE001 - a late or lost answer: the static share
+                return self.fallback
+            self._share = self.node_cpus / max(1, busy)
+        return self._share
+
+
+def node_cpus() -> float | None:
+    """The CPUs Ray gives this actor's node (None when the cluster does not say)."""
+    me = ray.get_runtime_context().get_node_id()
+    for node in ray.nodes():
+        if node.get("NodeID") == me and node.get("Alive", True):
+            cpus = (node.get("Resources") or {}).get("CPU")
+            return float(cpus) if cpus else None
+    return None
 
 
 class UnitActor:
@@ -79,8 +115,10 @@ class UnitActor:
         if ctx.key != self.key:
             self._close()
             self.coordinator, self.max_attempts, self.faults = ctx.coordinator, ctx.max_attempts, ctx.faults
-            self.converter = ctx.job.make_converter(ChainedHooks(self.faults.hooks(), WatchdogHooks()),
-                                                    cpus=ctx.cpus_per_actor)
+            cpus = node_cpus()
+            share = NodeShare(self.coordinator, self.who.rsplit(":", 1)[0], cpus, ctx.cpus_per_actor) \
+                if cpus else ctx.cpus_per_actor
+            self.converter = ctx.job.make_converter(ChainedHooks(self.faults.hooks(), WatchdogHooks()), cpus=share)
             self.key = ctx.key
         return self.convert(pickle.loads(blob))
 
@@ -153,12 +191,17 @@ class AttemptCounter:
     def __init__(self, limits: Limits | None = None) -> None:
         self.attempts: dict[int, int] = {}
         self.results: dict[int, dict[str, Any]] = {}
+        self.workers: dict[int, str] = {}  # unit -> the worker of its latest attempt
         self.flight = InFlight(limits or Limits())
+
+    def busy_on(self, host: str) -> int:
+        return busy_on(host, (self.workers[u] for u in self.flight.begun if u in self.workers))
 
     def begin(self, unit_index: int, worker: str = "", actor: Any = None) -> dict[str, Any]:
         if unit_index in self.results:
             return InFlight.done(self.attempts.get(unit_index, 0), self.results[unit_index])
         self.attempts[unit_index] = self.attempts.get(unit_index, 0) + 1
+        self.workers[unit_index] = worker
         return self.flight.begin(unit_index, self.attempts[unit_index], actor)
 
     def heartbeat(self, unit_index: int, attempt: int, snapshot: dict[str, Any]) -> None:

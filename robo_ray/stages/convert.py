@@ -12,7 +12,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 import numpy as np
 
@@ -108,16 +108,21 @@ def decodes_in_thread(options: ConvertOptions, cpus: float | None = None) -> boo
     return (machine_cpus() if cpus is None else cpus) >= 2
 
 
+# the CPUs a converter may count on: a number, a function asked before each video episode (a Ray actor's share of
+# its node, which grows when the other actors run out of units), or None (the whole machine)
+CpuShare = Union[float, Callable[[], float], None]
+
+
 class UnitConverter:
-    """Converts units of one source into one target's units; reusable across many units. `cpus` is the share of
-    CPUs this converter may count on (None: the machine's): it decides the decoding threads (`decodes_in_thread`)."""
+    """Converts units of one source into one target's units; reusable across many units. `cpus` (a `CpuShare`)
+    decides, episode by episode, whether cameras are decoded in threads of their own (`decodes_in_thread`)."""
 
     def __init__(self, source_url: str, source_format: str | None, mapping: Mapping, writer: Writer,
                  options: ConvertOptions | None = None, reader: Reader | None = None,
                  hooks: ConvertHooks | None = None, verify: "UnitVerifySpec | None" = None,
-                 cpus: float | None = None) -> None:
+                 cpus: CpuShare = None) -> None:
         self.options = options or ConvertOptions()
-        self.decode_thread = decodes_in_thread(self.options, cpus)
+        self.cpus = cpus
         self._owns_reader = reader is None
         self.reader = reader or open_reader(source_url, source_format, self.options.source_storage_options,
                                             self.options.source_options)
@@ -257,7 +262,8 @@ class UnitConverter:
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
         frames = self._decode_video(ep, fm, ref)
-        if self.decode_thread:  # decoded in a thread while the writer encodes (both release the GIL)
+        if decodes_in_thread(self.options, self.cpus() if callable(self.cpus) else self.cpus):
+            # decoded in a thread while the writer encodes (both release the GIL)
             frames = DecodeAhead(frames, self.options.decode_ahead)
         return Frames(ep.length, frames, shape, fm.dtype)
 

@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Protocol, TextIO
+from typing import Any, Callable, Iterable, Iterator, Protocol, TextIO
 
 from robo_ray.config import JobConfig
 from robo_ray.episode import EpisodeRef, QuarantineRecord
@@ -30,7 +30,7 @@ from robo_ray.errors import (ConfigError, DestinationNotEmpty, LocalDestinationO
 from robo_ray.mapping import Mapping
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
-from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
+from robo_ray.stages.convert import ConvertHooks, ConvertOptions, CpuShare, UnitConverter
 from robo_ray.stages.discover import summarize, write_discover_outputs
 from robo_ray.stages.journal import JOURNAL_DIR, LEDGER_NAME, Journal, ledger_text, read_ledger
 from robo_ray.stages.plan import Unit, assign_val_split
@@ -82,6 +82,11 @@ EXECUTION_KEYS = (("convert", "unit_timeout_s"), ("convert", "read_timeout_s"), 
                   ("convert", "decode_thread"), ("target", "shared"))
 
 
+def busy_on(host: str, workers: Iterable[str]) -> int:
+    """How many of `workers` ("host:pid", one per unit in flight) run on `host`."""
+    return sum(1 for w in workers if w.rsplit(":", 1)[0] == host)
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -123,8 +128,8 @@ class JobSpec:
         return writer_class(self.target_format)(self.out_url, mapping, self.options.target_storage_options,
                                                 self.target_options)
 
-    def make_converter(self, hooks: ConvertHooks | None = None, cpus: float | None = None) -> UnitConverter:
-        """The worker's converter; `cpus`: its share of the CPUs (None: the machine's; see `decodes_in_thread`)."""
+    def make_converter(self, hooks: ConvertHooks | None = None, cpus: CpuShare = None) -> UnitConverter:
+        """The worker's converter; `cpus`: its share of the CPUs (robo_ray.stages.convert.CpuShare)."""
         writer = self.make_writer()
         return UnitConverter(self.source_url, self.source_format, writer.mapping, writer, self.options,
                              hooks=hooks, verify=self.verify, cpus=cpus)
@@ -449,6 +454,10 @@ class Publisher:
         return {u: self.workers[u][-1] for u in self.attempts if u not in self.results and self.workers.get(u)}
 
     # ---- called by workers ------------------------------------------------------------------------------------
+    def busy_on(self, host: str) -> int:
+        """Units in flight on workers of `host` (a worker's share of its node: robo_ray.ray_exec.worker.NodeShare)."""
+        return busy_on(host, (self.workers[u][-1] for u in self.flight.begun if self.workers.get(u)))
+
     def begin(self, unit_index: int, worker: str = "", actor: Any = None) -> dict[str, Any]:
         """A worker starts a unit: count the attempt; hand back the result if the unit is already done.
 

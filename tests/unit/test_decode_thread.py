@@ -59,3 +59,45 @@ def test_the_bytes_do_not_depend_on_the_decoding_thread(shared, tmp_path, monkey
         assert (len(made) == 2 * episodes) if setting == "true" else not made, (setting, len(made), episodes)
         shards[setting] = _shards(out)
     assert shards["true"] and shards["true"] == shards["false"]
+
+
+def test_busy_on_counts_the_units_in_flight_on_a_host() -> None:
+    from robo_ray.ray_exec.worker import AttemptCounter
+    from robo_ray.stages.pipeline import busy_on
+
+    assert busy_on("a", ["a:1", "a:2", "b:3", "ab:4"]) == 2
+    counter = AttemptCounter()
+    counter.begin(0, "node-a:11")
+    counter.begin(1, "node-a:12")
+    counter.begin(2, "node-b:13")
+    assert (counter.busy_on("node-a"), counter.busy_on("node-b")) == (2, 1)
+    counter.record({"shard_index": 1, "filename": "x"})  # the unit is done: its worker is free
+    assert (counter.busy_on("node-a"), counter.busy_on("node-b")) == (1, 1)
+
+
+def test_the_share_is_asked_before_each_video_episode(shared, tmp_path, monkeypatch) -> None:
+    """A converter whose CPU share changes (a Ray actor's, once the other actors run out of units) decodes in
+    threads exactly for the episodes that start with a share of 2 or more."""
+    from robo_ray.readers import open_reader
+    from robo_ray.stages.pipeline import JobSpec, make_writer, resolve_mapping
+    from robo_ray.stages.plan import Unit
+
+    src = shared / "samples" / "lerobot_v30_av1_2cam"
+    made: list[int] = []
+    real = convert_mod.DecodeAhead
+    monkeypatch.setattr(convert_mod, "DecodeAhead", lambda frames, depth: made.append(1) or real(frames, depth))
+    shares = iter([1.0, 1.0, 2.0, 2.0] + [2.0] * 100)  # asked per camera: 2 cameras an episode
+    out = tmp_path / "out"
+    cfg = load_config(None, [], **{"source.url": str(src), "target.url": str(out)})
+    inv = open_reader(str(src)).discover()
+    mapping = resolve_mapping(cfg, inv)
+    job = JobSpec(str(src), None, mapping.model_dump_json(), str(out), ConvertOptions(),
+                  target_options=make_writer(cfg, mapping).unit_options(inv))
+    refs = list(inv.refs)
+    assert len(refs) >= 2
+    conv = job.make_converter(cpus=lambda: next(shares))
+    try:
+        conv.convert(Unit(0, 1, refs))
+    finally:
+        conv.close()
+    assert len(made) == 2 * len(refs) - 2  # every camera but the first episode's two
