@@ -95,9 +95,14 @@ def machine_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def decodes_in_thread(options: ConvertOptions, cpus: float | None = None) -> bool:
+# the CPUs a converter may count on: a number, a function asked before each video episode (a Ray actor's share of
+# its node, which grows when the other actors run out of units), or None (the whole machine)
+CpuShare = Union[float, Callable[[], float], None]
+
+
+def decodes_in_thread(options: ConvertOptions, cpus: CpuShare = None) -> bool:
     """Whether each camera is decoded in a thread of its own (`DecodeAhead`): `decode_thread` True / False, or auto:
-    only when the converter has a second CPU to itself (`cpus`: its share; None: the whole machine). The thread
+    only when the converter has a second CPU to itself (`cpus`: its share, asked only here). The thread
     lets one process use two cores; where every core already runs a converter (2 actors on 2 CPUs) it only adds
     hand-offs and cache misses (g1 with 2 actors: 0.79 of the decode + JPEG limit with it, 0.81-0.84 without;
     docs/NOTES.md)."""
@@ -105,12 +110,8 @@ def decodes_in_thread(options: ConvertOptions, cpus: float | None = None) -> boo
         return False
     if options.decode_thread is True:
         return True
-    return (machine_cpus() if cpus is None else cpus) >= 2
-
-
-# the CPUs a converter may count on: a number, a function asked before each video episode (a Ray actor's share of
-# its node, which grows when the other actors run out of units), or None (the whole machine)
-CpuShare = Union[float, Callable[[], float], None]
+    share = cpus() if callable(cpus) else cpus
+    return (machine_cpus() if share is None else share) >= 2
 
 
 class UnitConverter:
@@ -262,7 +263,7 @@ class UnitConverter:
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
         frames = self._decode_video(ep, fm, ref)
-        if decodes_in_thread(self.options, self.cpus() if callable(self.cpus) else self.cpus):
+        if decodes_in_thread(self.options, self.cpus):
             # decoded in a thread while the writer encodes (both release the GIL)
             frames = DecodeAhead(frames, self.options.decode_ahead)
         return Frames(ep.length, frames, shape, fm.dtype)

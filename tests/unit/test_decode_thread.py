@@ -26,6 +26,20 @@ def test_the_decoding_thread_follows_the_setting_and_the_cpu_share(setting, ahea
     assert decodes_in_thread(ConvertOptions(decode_ahead=ahead, decode_thread=setting), cpus) is expected
 
 
+def test_the_share_is_asked_only_when_the_setting_is_auto() -> None:
+    asked: list[int] = []
+
+    def share() -> float:
+        asked.append(1)
+        return 2.0
+
+    assert decodes_in_thread(ConvertOptions(decode_thread=True), share) is True
+    assert decodes_in_thread(ConvertOptions(decode_thread=False), share) is False
+    assert decodes_in_thread(ConvertOptions(decode_ahead=0), share) is False
+    assert not asked  # a Ray actor's share is a call to the coordinator: none when the answer cannot matter
+    assert decodes_in_thread(ConvertOptions(), share) is True and asked == [1]
+
+
 def test_auto_without_a_share_uses_the_machines_cpus() -> None:
     assert decodes_in_thread(ConvertOptions(), None) is (machine_cpus() >= 2)
 
