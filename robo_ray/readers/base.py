@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Protoco
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable
 from robo_ray.errors import DataCorrupt, DataMissing, RoboRayError, SourceFormatError, SourceNotFound, UnsafeInput
 from robo_ray.safety import MAX_JSON_BYTES
-from robo_ray.storage import is_transport_error, join, open_input, storage_error, url_of, url_to_fs
+from robo_ray.storage import is_transport_error, join, ls_or_empty, open_input, storage_error, url_of, url_to_fs
 
 # Episode metadata: the type of each key a reader puts in `Episode.metadata` (targets store int / float / text /
 # bool). `episode_id` (the episode index) and `file_path` (its data file, relative to the source root) every reader
@@ -193,7 +193,7 @@ class DatasetFiles:
         found: set[str] = set()
         for folder, names in by_folder.items():
             p = self.path(folder) if folder else self.root
-            listed = self._storage_call("listing", p, lambda p=p: _ls_or_empty(self.fs, p))
+            listed = self._storage_call("listing", p, lambda p=p: ls_or_empty(self.fs, p))
             found |= {posixpath.join(folder, n) for n in names & {posixpath.basename(q.rstrip("/")) for q in listed}}
         return found
 
@@ -354,14 +354,6 @@ class DatasetFiles:
         if self._last_table is None or self._last_table[0] != rel:
             self._last_table = (rel, self._read_parquet(rel))
         return self._last_table[1]
-
-
-def _ls_or_empty(fs: Any, path: str) -> list[str]:
-    """The entries of a folder, [] when it does not exist."""
-    try:
-        return list(fs.ls(path, detail=False))
-    except FileNotFoundError:
-        return []
 
 
 class BaseReader(DatasetFiles):

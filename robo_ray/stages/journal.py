@@ -18,7 +18,8 @@ import uuid
 from typing import Any
 
 from robo_ray.writers.base import jsonable
-from robo_ray.storage import is_local, join, storage_error, url_of, write_text_atomic
+from robo_ray.storage import (is_local, join, ls_or_empty, read_json_or_none, storage_error, url_of,
+                              write_text_atomic)
 
 JOURNAL_DIR = "journal"
 PROGRESS_NAME = "progress.jsonl"
@@ -99,29 +100,19 @@ class Journal:
 
 def journal_parts(fs: Any, root: str) -> list[str]:
     """The parts a run left under `root` (one listing), in unit order."""
-    folder = join(root, JOURNAL_DIR)
-    try:
-        names = fs.ls(folder, detail=False)
-    except FileNotFoundError:
-        return []
+    names = ls_or_empty(fs, join(root, JOURNAL_DIR))
     return sorted(p for p in names if posixpath.basename(p.rstrip("/")).startswith("unit-"))
 
 
 def _read_part(fs: Any, path: str) -> dict[str, Any]:
-    try:
-        data = json.loads(fs.cat_file(path))
-    except (FileNotFoundError, ValueError):
-        return {}  # a part cut by a kill: its unit is simply not recorded (converted again on resume)
+    data = read_json_or_none(fs, path)  # None: a part cut by a kill, its unit not recorded (converted on resume)
     return data if isinstance(data, dict) else {}
 
 
 def read_ledger(fs: Any, root: str) -> dict[str, Any] | None:
     """ledger.json with the units recorded in journal parts after it was written (a run killed on an object store),
     or None when neither exists."""
-    try:
-        ledger = json.loads(fs.cat_file(join(root, LEDGER_NAME)))
-    except (FileNotFoundError, ValueError):
-        ledger = None
+    ledger = read_json_or_none(fs, join(root, LEDGER_NAME))
     parts = journal_parts(fs, root)
     if not parts:
         return ledger

@@ -370,7 +370,7 @@ def test_streamed_upload_goes_to_the_final_key(s3_server, monkeypatch):  # noqa:
     no object behind (fsspec would otherwise commit a partial file on close/garbage collection)."""
     import robo_ray.storage as storage
 
-    monkeypatch.setattr(storage, "UPLOAD_BLOCK", 5 << 20)
+    monkeypatch.setattr(storage.atomic, "UPLOAD_BLOCK", 5 << 20)
     fs, root = storage.url_to_fs(f"s3://{OUT_BUCKET}/upload-{uuid.uuid4().hex[:6]}", s3_server.storage_options())
     blob = os.urandom(11 << 20)
     s3_server.faults.clear()
