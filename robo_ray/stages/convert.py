@@ -281,7 +281,7 @@ class UnitConverter:
             raise type(exc)(f"{exc} (episode {ep.episode_index} camera {fm.source})") from exc
         src_h, src_w = self.reader.features[fm.source].shape[:2]
         if (stream.height, stream.width) != (src_h, src_w):
-            raise VideoDecodeError(f"{path}: video is {stream.width}x{stream.height}, info.json declares "
+            raise VideoDecodeError(f"{path}: video is {stream.width}x{stream.height}, the source declares "
                                    f"{src_w}x{src_h} (episode {ep.episode_index})")
         return stream
 
@@ -319,7 +319,7 @@ class UnitConverter:
         if frames != ep.length:
             self.videos.drop(local_path)
             raise FrameCountMismatch(f"{path}: episode {ep.episode_index} camera {fm.source} has {frames} "
-                                     f"frames, the parquet has {ep.length} rows")
+                                     f"frames, the episode has {ep.length} steps")
         if ref.to_timestamp is None:
             self.videos.drop(local_path)  # one file per episode: close it now
 

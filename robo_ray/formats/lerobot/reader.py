@@ -320,7 +320,7 @@ class LeRobotReader(BaseReader):
             fps=self.fps, robot_type=self.info.get("robot_type"), tasks=self.tasks(),
             declared={k: self.info.get(k) for k in ("total_episodes", "total_frames", "total_tasks", "total_videos",
                                                     "total_chunks", "chunks_size", "splits")},
-            metadata_types=dict(BUILTIN_METADATA), language_source="task")
+            metadata_types=dict(BUILTIN_METADATA), language_source="task", step_storage="parquet")
         inv.findings = check_inventory(self, inv)
         return inv
 
