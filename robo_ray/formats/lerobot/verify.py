@@ -40,8 +40,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robo_ray.formats.lerobot.video_encode import ENCODERS, PIX_FMT
-from robo_ray.formats.lerobot.writer import (CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS, TASKS,
-                                             VIDEO_PATH)
+from robo_ray.formats.lerobot.paths import (BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS,
+                                            TASKS, VIDEO_PATH)
 from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
                                       compare_samples, sample_indices)
 from robo_ray.storage import hash_file, is_local, join, open_sequential
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 TOLERANCE_S = 1e-4  # lerobot's tolerance_s: |decoded frame time - query| must be strictly below it
 REQUIRED_INFO = ("codebase_version", "fps", "features", "total_episodes", "total_frames", "total_tasks",
                  "chunks_size", "data_path", "splits")
-BOOKKEEPING_COLUMNS = ["timestamp", "frame_index", "episode_index", "index", "task_index"]
+BOOKKEEPING_COLUMNS = list(BOOKKEEPING)
 MAX_FILE_PROBLEMS = 5  # problems named per file (the rest counted): a unit's check stays small
 AV1_DECODERS = ("av1", "libdav1d", "libaom-av1")
 

@@ -37,7 +37,7 @@ from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, V
 from robo_ray.storage import hash_file, join, open_sequential, sha256_file
 from robo_ray.writers.base import UnitResult, VerifyContext
 
-from robo_ray.formats.ortf.writer import (EPISODES, MANIFEST, STATS, TASKS, chunk_name, episode_id, episodes_schema,
+from robo_ray.formats.ortf.layout import (EPISODES, MANIFEST, STATS, TASKS, chunk_name, episode_id, episodes_schema,
                                           steps_schema)
 
 if TYPE_CHECKING:
