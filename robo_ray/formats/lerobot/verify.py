@@ -46,6 +46,7 @@ from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, V
                                       compare_samples, sample_indices)
 from robo_ray.storage import hash_file, is_local, join, open_sequential
 from robo_ray.writers.base import UnitResult, VerifyContext
+from robo_ray.writers.committed import uncommitted_units
 
 if TYPE_CHECKING:
     from robo_ray.formats.lerobot.writer import Feature, LeRobotWriter
@@ -512,11 +513,10 @@ class LeRobotVerifier:
         return info if isinstance(fps, int) and fps > 0 and isinstance(feats, dict) else None
 
     def _check_unfinished(self, res: ValidationResult) -> None:
-        results = self.ctx.results()
-        missing = [name for r in results for name, _, _ in r.all_files() if not self.fs.exists(self.path(name))]
-        n = int(self.ctx.ledger.get("num_shards") or 0)
-        res.add("units present", not missing, f"run not finished: missing unit files: {', '.join(missing[:10])}"
-                if missing else f"{len(results)} of {n} units committed, meta/info.json not written yet")
+        """No meta/info.json (the run did not finish): name the planned units not committed."""
+        u = uncommitted_units(self.fs, self.root, self.ctx.ledger)
+        res.add("units present", not u.units, f"run not finished: {u.line()}" if u.units
+                else f"{u.committed} of {u.planned} units committed, meta/info.json not written yet")
 
     # ---- files vs the ledger -------------------------------------------------------------------------------------
     def _listing(self) -> dict[str, int]:
