@@ -26,7 +26,7 @@ from robo_ray.readers.base import Reader
 from robo_ray.stages.plan import Unit
 from robo_ray.storage import is_local
 from robo_ray.video import VideoPool
-from robo_ray.watchdog import ACTIVITY
+from robo_ray.activity import ACTIVITY
 from robo_ray.writers import UnitResult, UnitSink, Writer
 
 if TYPE_CHECKING:

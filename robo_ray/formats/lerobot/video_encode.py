@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 from robo_ray.errors import FrameCountMismatch, VideoDecodeError  # noqa: E402
 from robo_ray.images import decode_image  # noqa: E402
-from robo_ray.watchdog import ACTIVITY  # noqa: E402
+from robo_ray.activity import ACTIVITY  # noqa: E402
 
 # target.options.vcodec -> (PyAV encoder, codec name as info.json's video.codec and a decoder reports it)
 ENCODERS: dict[str, tuple[str, str]] = {
