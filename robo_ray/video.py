@@ -6,9 +6,9 @@ from typing import Any, Callable, Iterator
 
 import av
 
+from robo_ray.activity import ACTIVITY
 from robo_ray.errors import VideoDecodeError, VideoMissing
 from robo_ray.storage import is_transport_error, storage_error
-from robo_ray.activity import ACTIVITY
 
 # Seek instead of decoding forward when the next window starts this far past the current position.
 SEEK_AHEAD_S = 2.0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 import numpy as np
 
+from robo_ray.activity import ACTIVITY
 from robo_ray.episode import (CanonicalEpisode, Episode, EpisodeRef, Frames, QuarantineRecord, RawFrames,
                               VideoRef)
 from robo_ray.errors import (DataCorrupt, EpisodeError, FrameCountMismatch, NonFiniteValue, StorageError,
@@ -26,7 +27,6 @@ from robo_ray.readers.base import Reader
 from robo_ray.stages.plan import Unit
 from robo_ray.storage import is_local
 from robo_ray.video import VideoPool
-from robo_ray.activity import ACTIVITY
 from robo_ray.writers import UnitResult, UnitSink, Writer
 
 if TYPE_CHECKING:

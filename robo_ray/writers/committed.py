@@ -42,7 +42,7 @@ class Uncommitted:
     changed: list[str] = field(default_factory=list)  # files of ledger entries missing or of another size
 
     def line(self) -> str:
-        """"units not committed: a, b (and 3 more)", or "" when every planned unit is committed."""
+        """One line naming the units not committed (the first `LISTED`), or "" when every one is."""
         if not self.units:
             return ""
         more = f" (and {len(self.units) - LISTED} more)" if len(self.units) > LISTED else ""

@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable, VideoRef
 from robo_ray.errors import DataCorrupt, SourceFormatError, UnknownFormat, UnsafeInput
-from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Inventory
 from robo_ray.formats.lerobot.paths import BOOKKEEPING, INFO
+from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Inventory
 from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts, check_shape,
                              render_path_template)
 from robo_ray.storage import join

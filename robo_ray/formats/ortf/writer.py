@@ -51,9 +51,9 @@ from pydantic import Field, ValidationError, field_validator
 
 from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec, Frames
 from robo_ray.errors import ConfigError, FrameCountMismatch, VideoDecodeError
-from robo_ray.images import decode_image
 from robo_ray.formats.ortf.layout import (EPISODES, MANIFEST, ORTF_VERSION, STATS, TASKS, chunk_name, episode_id,
                                           episodes_schema, plan_layout, steps_schema)
+from robo_ray.images import decode_image
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory
 from robo_ray.stages.plan import MAX_UNIT_EPISODES, Unit, plan_units
