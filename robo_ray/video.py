@@ -6,9 +6,9 @@ from typing import Any, Callable, Iterator
 
 import av
 
+from robo_ray.activity import ACTIVITY
 from robo_ray.errors import VideoDecodeError, VideoMissing
 from robo_ray.storage import is_transport_error, storage_error
-from robo_ray.watchdog import ACTIVITY
 
 # Seek instead of decoding forward when the next window starts this far past the current position.
 SEEK_AHEAD_S = 2.0
@@ -32,7 +32,7 @@ class VideoStream:
     (storage.open_input(sequential=True)); PyAV reads through it, so a remote MP4 is never downloaded whole.
     A storage failure while reading becomes a StorageError naming the URL, not a decode error.
 
-    Every open and window start names the file to the watchdog (robo_ray.watchdog.ACTIVITY) before it may block,
+    Every open and window start names the file to the watchdog (robo_ray.activity.ACTIVITY) before it may block,
     every decoded frame counts as progress."""
 
     def __init__(self, path: str, open_file: Callable[[], Any] | None, threads: int = 1) -> None:

@@ -12,12 +12,13 @@ from typing import Any
 
 import ray
 
+from robo_ray.activity import ACTIVITY
 from robo_ray.ray_exec.faults import FaultPlan
 from robo_ray.stages.convert import ChainedHooks
 from robo_ray.stages.pipeline import (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT, JobSpec, Publisher, PublishSpec,
                                      busy_on, quarantine_unit)
 from robo_ray.stages.plan import Unit
-from robo_ray.watchdog import ACTIVITY, ACTOR_BEAT_S, InFlight, Limits, WatchdogHooks, with_quarantined, without
+from robo_ray.watchdog import ACTOR_BEAT_S, InFlight, Limits, WatchdogHooks, with_quarantined, without
 from robo_ray.writers import UnitResult
 
 
@@ -91,7 +92,7 @@ class UnitActor:
     as a whole once `max_attempts` is used up, which bounds the executor's resubmissions.
 
     Watchdog: `begin` hands the coordinator this actor's handle, and the conversion's progress (episode started,
-    file opened, frames decoded: robo_ray.watchdog.ACTIVITY) goes to it as heartbeats; the driver kills an
+    file opened, frames decoded: robo_ray.activity.ACTIVITY) goes to it as heartbeats; the driver kills an
     attempt that is silent or over time (robo_ray.ray_exec.executor). The next attempt converts the unit without
     the episodes that timed out (quarantined EP902); a unit that timed out as a whole on every attempt is
     quarantined EP902."""

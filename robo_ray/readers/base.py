@@ -100,6 +100,8 @@ class Inventory:
     metadata_types: dict[str, MetaType] = field(default_factory=lambda: dict(BUILTIN_METADATA))
     # where each step's language comes from: "task" = `Episode.step_tasks` (the source's task text), "" = none
     language_source: str = "task"
+    # what holds the features other than videos, as inventory.json's `source` says (e.g. the file format)
+    step_storage: str = "data"
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "refs" and not isinstance(value, RefTable):  # held as columns (~40 bytes per episode)

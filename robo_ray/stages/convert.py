@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 import numpy as np
 
+from robo_ray.activity import ACTIVITY
 from robo_ray.episode import (CanonicalEpisode, Episode, EpisodeRef, Frames, QuarantineRecord, RawFrames,
                               VideoRef)
 from robo_ray.errors import (DataCorrupt, EpisodeError, FrameCountMismatch, NonFiniteValue, StorageError,
@@ -26,7 +27,6 @@ from robo_ray.readers.base import Reader
 from robo_ray.stages.plan import Unit
 from robo_ray.storage import is_local
 from robo_ray.video import VideoPool
-from robo_ray.watchdog import ACTIVITY
 from robo_ray.writers import UnitResult, UnitSink, Writer
 
 if TYPE_CHECKING:
@@ -281,7 +281,7 @@ class UnitConverter:
             raise type(exc)(f"{exc} (episode {ep.episode_index} camera {fm.source})") from exc
         src_h, src_w = self.reader.features[fm.source].shape[:2]
         if (stream.height, stream.width) != (src_h, src_w):
-            raise VideoDecodeError(f"{path}: video is {stream.width}x{stream.height}, info.json declares "
+            raise VideoDecodeError(f"{path}: video is {stream.width}x{stream.height}, the source declares "
                                    f"{src_w}x{src_h} (episode {ep.episode_index})")
         return stream
 
@@ -319,7 +319,7 @@ class UnitConverter:
         if frames != ep.length:
             self.videos.drop(local_path)
             raise FrameCountMismatch(f"{path}: episode {ep.episode_index} camera {fm.source} has {frames} "
-                                     f"frames, the parquet has {ep.length} rows")
+                                     f"frames, the episode has {ep.length} steps")
         if ref.to_timestamp is None:
             self.videos.drop(local_path)  # one file per episode: close it now
 

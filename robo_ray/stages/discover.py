@@ -25,7 +25,7 @@ def inventory_dict(inv: Inventory) -> dict[str, Any]:
             k: {"dtype": f.dtype if f.kind == "tensor" else f.kind,
                 "shape": list(f.declared_shape or f.shape),
                 "shape_hwc": list(f.shape) if f.kind in ("image", "video") else None,
-                "source": "video" if f.kind == "video" else "parquet",
+                "source": "video" if f.kind == "video" else inv.step_storage,
                 "codec": f.codec}
             for k, f in inv.features.items()},
         "metadata": {"robot_type": inv.robot_type, "fps": inv.fps, "tasks": inv.tasks},

@@ -1,5 +1,5 @@
 """The Convert stage's progress for a display, per episode: committed units plus what the attempts in flight have
-reported (robo_ray.watchdog.ACTIVITY snapshots carry the episodes, frames and quarantined episodes of the unit so
+reported (robo_ray.activity.ACTIVITY snapshots carry the episodes, frames and quarantined episodes of the unit so
 far: the heartbeats the watchdog already receives, in-process or from Ray actors, so no extra calls)."""
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ same tests, so a new writer gets them for free. A registered writer whose module
    reverse order write byte-identical files (options that embed a time are pinned);
 3. atomic units: an aborted sink, or one whose episode fails mid-camera, leaves no file at all; an `add` that
    raises leaves the unit as if the episode had never been offered (same UnitResult, same bytes);
-4. resume: a run SIGKILLed once its ledger lists a unit leaves no partial file under a final name, and `--resume`
-   writes the uninterrupted run's bytes, reusing the committed units;
+4. resume: a run SIGKILLed once its ledger lists a unit leaves no partial file under a final name, `robo-ray
+   validate` names the units not committed, and `--resume` writes the uninterrupted run's bytes, reusing the
+   committed units;
 5. quarantine: one missing video -> exit 3, that episode quarantined in the ledger, the others read back;
 6. edge sizes: a dataset whose every episode is quarantined commits a valid, empty dataset (validation, loader
    read-back included, passes; the paired reader finds no episode); a one-episode dataset round-trips;
@@ -229,6 +230,10 @@ def test_resume_after_kill(case: WriterCase, sources: Sources, runs, tmp_path: P
     assert not partial, f"{case.name}: files under a final name differ from the uninterrupted run's after a " \
                         f"SIGKILL (partial or uncommitted): {partial}"
     assert not set(writer.commit_files()) & set(present), f"{case.name}: commit files exist before finalize"
+    v = run_cli("validate", str(out))  # not committed: names the planned units the ledger does not hold
+    not_done = [name for i, name in enumerate(before["unit_files"]) if i not in done]
+    assert v.returncode == 3 and "units not committed: " in v.stderr and all(n in v.stderr for n in not_done), \
+        f"{case.name}: validate of the killed run does not name its uncommitted units {not_done}:\n{v.stderr}"
 
     r = run_cli(*case.cli_args(src, out, MAIN), "--resume")
     assert r.returncode == 0, f"--resume: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-3000:]}"

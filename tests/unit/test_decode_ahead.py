@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from robo_ray.activity import ACTIVITY
 from robo_ray.errors import FrameCountMismatch
 from robo_ray.stages.convert import DecodeAhead
-from robo_ray.watchdog import ACTIVITY
 
 
 def _frames(n: int, fail: bool = False, closed: list[str] | None = None):

@@ -10,7 +10,7 @@ import pytest
 
 from robo_ray.formats.rlds.example import (coalesced_chunks, decode_example, decode_example_stream, encode_example,
                                            example_segments, segments_size)
-from robo_ray.spool import BytesSpool
+from robo_ray.formats.rlds.spool import BytesSpool
 from robo_ray.formats.rlds.tfrecord import frame_record, framed_chunks, iter_records, read_records
 
 RNG = np.random.default_rng(0)

@@ -16,18 +16,16 @@ import pyarrow as pa
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable, VideoRef
 from robo_ray.errors import DataCorrupt, SourceFormatError, UnknownFormat, UnsafeInput
+from robo_ray.formats.lerobot.paths import BOOKKEEPING, INFO
 from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Inventory
 from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts, check_shape,
                              render_path_template)
 from robo_ray.storage import join
 
-INFO = "meta/info.json"
 META_BATCH_ROWS = 8192  # meta/episodes rows turned into refs at a time
 # declared totals: compared with the episode index (findings), but a value that is not a count is refused
 DECLARED_LIMITS = {"total_episodes": MAX_EPISODES, "total_frames": MAX_EPISODES * MAX_EPISODE_LENGTH,
                    "total_tasks": MAX_EPISODES * 16, "total_videos": MAX_EPISODES * 64, "total_chunks": MAX_EPISODES}
-# lerobot's own index columns: step order, episode/global indices, task via language_instruction (not data)
-BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 BOOKKEEPING_NOTE = "bookkeeping column (step order, indices, task via language_instruction)"
 STRING_NOTE = "string feature (no RLDS tensor form); kept out"
 # non-standard spellings seen in real datasets (e.g. open50: `actions`, `state`): (role, canonical name)
@@ -320,7 +318,7 @@ class LeRobotReader(BaseReader):
             fps=self.fps, robot_type=self.info.get("robot_type"), tasks=self.tasks(),
             declared={k: self.info.get(k) for k in ("total_episodes", "total_frames", "total_tasks", "total_videos",
                                                     "total_chunks", "chunks_size", "splits")},
-            metadata_types=dict(BUILTIN_METADATA), language_source="task")
+            metadata_types=dict(BUILTIN_METADATA), language_source="task", step_storage="parquet")
         inv.findings = check_inventory(self, inv)
         return inv
 

@@ -40,12 +40,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robo_ray.formats.lerobot.video_encode import ENCODERS, PIX_FMT
-from robo_ray.formats.lerobot.writer import (CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS, TASKS,
-                                             VIDEO_PATH)
+from robo_ray.formats.lerobot.paths import (BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS,
+                                            TASKS, VIDEO_PATH)
 from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
                                       compare_samples, sample_indices)
 from robo_ray.storage import hash_file, is_local, join, open_sequential
 from robo_ray.writers.base import UnitResult, VerifyContext
+from robo_ray.writers.committed import uncommitted_units
 
 if TYPE_CHECKING:
     from robo_ray.formats.lerobot.writer import Feature, LeRobotWriter
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 TOLERANCE_S = 1e-4  # lerobot's tolerance_s: |decoded frame time - query| must be strictly below it
 REQUIRED_INFO = ("codebase_version", "fps", "features", "total_episodes", "total_frames", "total_tasks",
                  "chunks_size", "data_path", "splits")
-BOOKKEEPING_COLUMNS = ["timestamp", "frame_index", "episode_index", "index", "task_index"]
+BOOKKEEPING_COLUMNS = list(BOOKKEEPING)
 MAX_FILE_PROBLEMS = 5  # problems named per file (the rest counted): a unit's check stays small
 AV1_DECODERS = ("av1", "libdav1d", "libaom-av1")
 
@@ -512,11 +513,10 @@ class LeRobotVerifier:
         return info if isinstance(fps, int) and fps > 0 and isinstance(feats, dict) else None
 
     def _check_unfinished(self, res: ValidationResult) -> None:
-        results = self.ctx.results()
-        missing = [name for r in results for name, _, _ in r.all_files() if not self.fs.exists(self.path(name))]
-        n = int(self.ctx.ledger.get("num_shards") or 0)
-        res.add("units present", not missing, f"run not finished: missing unit files: {', '.join(missing[:10])}"
-                if missing else f"{len(results)} of {n} units committed, meta/info.json not written yet")
+        """No meta/info.json (the run did not finish): name the planned units not committed."""
+        u = uncommitted_units(self.fs, self.root, self.ctx.ledger)
+        res.add("units present", not u.units, f"run not finished: {u.line()}" if u.units
+                else f"{u.committed} of {u.planned} units committed, meta/info.json not written yet")
 
     # ---- files vs the ledger -------------------------------------------------------------------------------------
     def _listing(self) -> dict[str, int]:

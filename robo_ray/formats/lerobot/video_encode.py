@@ -23,9 +23,9 @@ os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints a banner per encoder oth
 import av  # noqa: E402
 import numpy as np  # noqa: E402
 
+from robo_ray.activity import ACTIVITY  # noqa: E402
 from robo_ray.errors import FrameCountMismatch, VideoDecodeError  # noqa: E402
 from robo_ray.images import decode_image  # noqa: E402
-from robo_ray.watchdog import ACTIVITY  # noqa: E402
 
 # target.options.vcodec -> (PyAV encoder, codec name as info.json's video.codec and a decoder reports it)
 ENCODERS: dict[str, tuple[str, str]] = {

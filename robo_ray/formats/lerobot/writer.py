@@ -61,6 +61,8 @@ from pydantic import Field
 
 from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec
 from robo_ray.errors import ConfigError, DataCorrupt, EpisodeError
+from robo_ray.formats.lerobot.paths import (BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, EPISODES_PATH,
+                                            INFO, STATS, TASKS, VIDEO_PATH)
 from robo_ray.formats.lerobot.stats import (Agg, array_stats, image_stats, image_stats_json, merge_aggs,
                                             merge_image_json, stats_json, to_list, STAT_KEYS)
 from robo_ray.formats.lerobot.video_encode import (ENCODERS, ImageHistogram, UnitVideo, VideoSettings,
@@ -72,16 +74,6 @@ from robo_ray.storage import join, write_bytes_atomic
 from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
 from robo_ray.writers.unit_files import UnitFiles, remove_file
 
-CODEBASE_VERSION = "v3.0"
-DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-INFO = "meta/info.json"
-STATS = "meta/stats.json"
-TASKS = "meta/tasks.parquet"
-# a dataset with no episode written gets one empty meta/episodes part (robo-ray's reader needs a file to list none)
-EMPTY_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
-BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 EMPTY_EPISODE = "EP208"  # an episode with no steps: LeRobot cannot hold it (no frame, no video)
 
 

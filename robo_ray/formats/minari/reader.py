@@ -447,7 +447,7 @@ class MinariReader(BaseReader):
                         total_steps=sum(r.length for r in refs), features=self.features, refs=refs, fps=self.fps,
                         robot_type=(declared.get("env_spec") or {}).get("id") if isinstance(
                             declared.get("env_spec"), dict) else None, declared=_jsonable(declared),
-                        metadata_types=dict(METADATA), language_source="")
+                        metadata_types=dict(METADATA), language_source="", step_storage="hdf5")
         inv.findings = self._findings(inv)
         return inv
 

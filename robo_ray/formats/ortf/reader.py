@@ -346,7 +346,7 @@ class OrtfReader(BaseReader):
                         features=self.features, refs=refs, fps=self.fps,
                         robot_type=robot.get("name") if isinstance(robot.get("name"), str) else None,
                         tasks=[tasks[k] for k in sorted(tasks)], declared=declared,
-                        metadata_types=dict(METADATA), language_source="task")
+                        metadata_types=dict(METADATA), language_source="task", step_storage="parquet")
         inv.findings = self._findings(inv)
         return inv
 

@@ -36,8 +36,9 @@ from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, V
                                       compare_samples, sample_indices, spread_sample)
 from robo_ray.storage import hash_file, join, open_sequential, sha256_file
 from robo_ray.writers.base import UnitResult, VerifyContext
+from robo_ray.writers.committed import listed_sizes, uncommitted_units
 
-from robo_ray.formats.ortf.writer import (EPISODES, MANIFEST, STATS, TASKS, chunk_name, episode_id, episodes_schema,
+from robo_ray.formats.ortf.layout import (EPISODES, MANIFEST, STATS, TASKS, chunk_name, episode_id, episodes_schema,
                                           steps_schema)
 
 if TYPE_CHECKING:
@@ -154,37 +155,16 @@ class OrtfVerifier:
         return manifest
 
     def _unfinished(self) -> str:
-        """The planned units the ledger does not hold as committed (their files, by listing)."""
-        n = int(self.ctx.ledger.get("num_shards") or 0)
-        results = self.ctx.results()
-        listed = self._listing({name for r in results for name, _, _ in r.all_files()})
-        done = {r.shard_index for r in results if all(listed.get(name) == size for name, size, _ in r.all_files())}
-        missing = [f"data/{chunk_name(i, n)}/steps.parquet" for i in range(n) if i not in done]
-        return f"; units not committed: {', '.join(missing[:20])}" if missing else ""
+        """The planned units not committed (the ledger's, their files by listing)."""
+        u = uncommitted_units(self.fs, self.root, self.ctx.ledger,
+                              lambda i, n: f"data/{chunk_name(i, n)}/steps.parquet")
+        return f"; {u.line()}" if u.units else ""
 
     # ---- files present, digests --------------------------------------------------------------------------------
-    def _listing(self, rels: set[str]) -> dict[str, int]:
-        """Which of the dataset-relative files `rels` exist, with their sizes: one listing per folder (not one
-        existence call per file); a missing folder means its files are missing."""
-        by_folder: dict[str, set[str]] = {}
-        for rel in rels:
-            by_folder.setdefault(posixpath.dirname(rel), set()).add(posixpath.basename(rel))
-        out: dict[str, int] = {}
-        for folder, names in by_folder.items():
-            try:
-                entries = self.fs.ls(self.path(folder) if folder else self.root, detail=True)
-            except FileNotFoundError:
-                continue
-            for e in entries:
-                base = e["name"].rstrip("/").rsplit("/", 1)[-1]
-                if base in names and e.get("type") != "directory":
-                    out[posixpath.join(folder, base)] = int(e.get("size") or 0)
-        return out
-
     def _check_present(self, results: list[UnitResult]) -> None:
         """Every file of every unit in the ledger exists with the ledger's size."""
         want = {name: size for r in results for name, size, _ in r.all_files()}
-        listed = self._listing(set(want))
+        listed = listed_sizes(self.fs, self.root, want)
         for name, size in want.items():
             got = listed.get(name)
             if got is None:

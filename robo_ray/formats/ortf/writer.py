@@ -37,7 +37,6 @@ import hashlib
 import io
 import json
 import posixpath
-import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -52,19 +51,16 @@ from pydantic import Field, ValidationError, field_validator
 
 from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec, Frames
 from robo_ray.errors import ConfigError, FrameCountMismatch, VideoDecodeError
+from robo_ray.formats.ortf.layout import (EPISODES, MANIFEST, ORTF_VERSION, STATS, TASKS, chunk_name, episode_id,
+                                          episodes_schema, plan_layout, steps_schema)
 from robo_ray.images import decode_image
-from robo_ray.mapping import FieldMap, Mapping
+from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory
 from robo_ray.stages.plan import MAX_UNIT_EPISODES, Unit, plan_units
 from robo_ray.storage import join, url_to_fs, write_bytes_atomic
 from robo_ray.writers.base import UnitResult, UnitSink, VerifyContext, Writer, WriterOptions
 from robo_ray.writers.unit_files import UnitFiles
 
-ORTF_VERSION = "0.2"
-MANIFEST = "meta/manifest.json"
-EPISODES = "meta/episodes.parquet"
-TASKS = "meta/tasks.jsonl"
-STATS = "meta/stats.json"
 # x264 / FFV1 with one thread: the bytes do not depend on the machine's core count (actors are the parallelism)
 ENCODER_THREADS = 1
 # x264's macroblock-tree rate control made the last frames of short episodes encode to other bytes from one process
@@ -102,84 +98,6 @@ class OrtfWriteResult:
     quarantined: list[dict[str, Any]] = field(default_factory=list)
 
 
-# ---- layout: mapping targets -> ORTF columns and cameras --------------------------------------------------------
-@dataclass
-class Layout:
-    """How mapping targets become ORTF columns and cameras."""
-
-    columns: dict[str, str]  # tensor target -> steps.parquet column
-    texts: dict[str, str]  # text target -> string column
-    cameras: dict[str, FieldMap]  # camera name -> image field
-    reward: bool
-    discount: bool
-
-    def field_of(self, mapping: Mapping, target: str) -> FieldMap:
-        return next(f for f in mapping.steps if f.target == target)
-
-
-def _name(part: str) -> str:
-    return re.sub(r"[^0-9A-Za-z_]", "_", part).strip("_") or "cam"
-
-
-def plan_layout(mapping: Mapping) -> Layout:
-    columns: dict[str, str] = {}
-    texts: dict[str, str] = {}
-    for fm in mapping.steps:
-        t = fm.target
-        if fm.kind == "text":
-            texts[t] = t.replace("/", ".")
-        elif fm.kind != "tensor":
-            continue
-        elif t == "observation/state":
-            columns[t] = "observation.state.state"
-        elif t.startswith("observation/"):
-            columns[t] = "observation.state." + t[len("observation/"):].replace("/", ".")
-        else:
-            columns[t] = t.replace("/", ".")
-    cameras: dict[str, FieldMap] = {}
-    for fm in mapping.image_maps():
-        base = _name(re.split(r"[./]", fm.source)[-1])
-        cam, k = base, 2
-        while cam in cameras:
-            cam, k = f"{base}_{k}", k + 1
-        cameras[cam] = fm
-    d = mapping.defaults
-    return Layout(columns, texts, cameras, d.reward_source is not None, d.discount_source is not None)
-
-
-_ARROW = {"float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_()}
-
-
-def steps_schema(mapping: Mapping, layout: Layout, task_id: bool) -> pa.Schema:
-    """The schema of every steps.parquet (`task_id` only in a chunk where an episode changes task)."""
-    fields = [("episode_id", pa.string()), ("step_index", pa.int64()), ("timestamp", pa.float64()),
-              ("is_first", pa.bool_()), ("is_last", pa.bool_()), ("is_terminal", pa.bool_())]
-    for target, col in layout.columns.items():
-        fm = layout.field_of(mapping, target)
-        t = _ARROW.get(fm.dtype, pa.float32())
-        fields.append((col, pa.list_(t, int(np.prod(fm.shape))) if fm.shape else t))
-    fields += [(col, pa.string()) for col in layout.texts.values()]
-    if layout.reward:
-        fields.append(("reward", pa.float32()))
-    if layout.discount:
-        fields.append(("discount", pa.float32()))
-    fields += [(f"observation.images.{cam}.frame_index", pa.int64()) for cam in layout.cameras]
-    if task_id:
-        fields.append(("task_id", pa.int64()))
-    return pa.schema(fields)
-
-
-def episodes_schema(cameras: list[str]) -> pa.Schema:
-    fields = [("episode_id", pa.string()), ("task_id", pa.int64()), ("start_step", pa.int64()),
-              ("end_step", pa.int64()), ("length", pa.int64()), ("duration_seconds", pa.float64()),
-              ("success", pa.bool_()), ("failure_reason", pa.string()), ("operator_notes", pa.string()),
-              ("chunk_id", pa.int64()), ("recorded_at", pa.string())]
-    if cameras:
-        fields.append(("video_files", pa.struct([(c, pa.string()) for c in cameras])))
-    fields += [("audio_file", pa.string()), ("source_metadata", pa.string())]
-    return pa.schema(fields)
-
-
 def parquet_bytes(table: pa.Table) -> bytes:
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
@@ -192,16 +110,6 @@ def _column(arr: np.ndarray, t: pa.DataType) -> pa.Array:
         return pa.array(arr.reshape(len(arr)), type=t)
     flat = np.ascontiguousarray(arr.reshape(len(arr), -1))
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), type=t.value_type), t.list_size)
-
-
-def chunk_name(index: int, num_units: int) -> str:
-    """`chunk-NNN` (3 digits; 6 beyond 1000 chunks, as the spec says for very large datasets)."""
-    return f"chunk-{index:0{3 if num_units <= 1000 else 6}d}"
-
-
-def episode_id(index: int) -> str:
-    """The episode's id in the output: its source episode index, zero-padded (the ORTF reader gives it back)."""
-    return f"{index:06d}"
 
 
 # ---- video ------------------------------------------------------------------------------------------------------

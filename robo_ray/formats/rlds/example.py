@@ -15,7 +15,7 @@ from typing import Any, Iterator, Protocol, Sequence, Union
 
 import numpy as np
 
-from robo_ray.spool import BytesSpool
+from robo_ray.formats.rlds.spool import BytesSpool
 from robo_ray.formats.rlds.errors import CorruptRecord
 from robo_ray.formats.rlds.varint import read_varint_from
 from robo_ray.formats.rlds.varint import varint as _varint

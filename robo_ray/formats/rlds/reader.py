@@ -657,7 +657,8 @@ class RldsReader(BaseReader):
         inv = Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
                         source_version=self.version, episodes_count=len(refs), total_steps=sum(r.length for r in refs),
                         features=self.features, refs=refs, fps=self.fps, declared=declared, findings=findings,
-                        metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "")
+                        metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "",
+                        step_storage="tfrecord")
         return inv
 
     def discover_spread(self, k: int) -> tuple[Inventory, list[int]]:
@@ -692,7 +693,8 @@ class RldsReader(BaseReader):
         inv = Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
                         source_version=self.version, episodes_count=total, total_steps=sum(r.length for r in refs),
                         features=self.features, refs=refs, fps=self.fps,
-                        metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "")
+                        metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "",
+                        step_storage="tfrecord")
         return inv, positions
 
     def _scan_shard(self, rel: str, declared: int

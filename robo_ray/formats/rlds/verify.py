@@ -21,6 +21,7 @@ from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, V
                                       compare_samples, sample_indices, spread_sample)
 from robo_ray.storage import HashingReader, is_local, join, open_sequential
 from robo_ray.writers.base import UnitResult, VerifyContext
+from robo_ray.writers.committed import uncommitted_units
 
 if TYPE_CHECKING:
     from robo_ray.formats.rlds.writer import RldsWriter
@@ -96,14 +97,11 @@ class RldsVerifier:
         return info
 
     def _check_unfinished(self, res: ValidationResult) -> None:
-        """No dataset_info.json (the run did not finish): name the planned shards (ledger) that are missing."""
-        n = int(self.ctx.ledger.get("num_shards") or 0)
-        names = list(self.ctx.ledger.get("unit_files") or
-                     [shard_filename(self.mapping.dataset_name, "train", i, n) for i in range(n)])
-        present = set(self._listing())
-        missing = [x for x in names if x not in present]
-        res.add("shards present", not missing, f"run not finished: missing shard files: {', '.join(missing)}"
-                if missing else f"{n} shard files present, dataset_info.json not written yet")
+        """No dataset_info.json (the run did not finish): name the planned shards not committed."""
+        u = uncommitted_units(self.fs, self.dataset_dir, self.ctx.ledger,
+                              lambda i, n: shard_filename(self.mapping.dataset_name, "train", i, n))
+        res.add("shards present", not u.units, f"run not finished: {u.line()}" if u.units
+                else f"{u.planned} shards committed, dataset_info.json not written yet")
 
     def _listing(self) -> dict[str, int]:
         """The dataset folder's files -> size, in one listing."""

@@ -24,7 +24,8 @@ from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec
 from robo_ray.images import ImageEncoder
 from robo_ray.mapping import Mapping
 from robo_ray.readers.base import Inventory
-from robo_ray.spool import BytesSpool, spool_for
+from robo_ray.formats.rlds.spool import BytesSpool
+from robo_ray.spool import spool_for
 from robo_ray.stages.plan import MAX_UNIT_EPISODES, Unit, plan_split_units
 from robo_ray.storage import discard_upload, is_local, join, open_upload, storage_error, url_of, write_text_atomic
 from robo_ray.formats.rlds.example import FeatureValue, coalesced_chunks, example_segments, segments_size
@@ -75,7 +76,7 @@ class ShardSink(UnitSink):
 
     def spool(self) -> BytesSpool:
         """A BytesList that spills to an anonymous scratch file in the destination (local) or the temp dir."""
-        return spool_for(self.writer.fs, self.writer.dataset_dir)
+        return spool_for(self.writer.fs, self.writer.dataset_dir, BytesSpool)
 
     def add(self, episode: CanonicalEpisode) -> None:
         """Encode the episode's frames into spools, then frame and write its record (nothing is written before
