@@ -38,6 +38,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import json
 import logging
 import os
 import posixpath
@@ -892,3 +893,11 @@ def is_empty_dir(fs: fsspec.AbstractFileSystem, path: str) -> bool:
     if not fs.isdir(path):
         return False
     return len(fs.ls(path, detail=False)) == 0
+
+
+# --- runlayer: temporary until the storage split lands ---
+def read_json_or_none(fs, path: str) -> Any:
+    try:
+        return json.loads(fs.cat_file(path))
+    except (FileNotFoundError, ValueError, OSError):
+        return None

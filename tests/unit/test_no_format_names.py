@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT_NAMES = re.compile(r"rlds|ortf|lerobot|minari", re.I)
 NEUTRAL = sorted([*(ROOT / "robo_ray" / "stages").glob("*.py"), *(ROOT / "robo_ray" / "ray_exec").glob("*.py"),
-                  ROOT / "robo_ray" / "watchdog.py", ROOT / "robo_ray" / "writers" / "base.py",
+                  *(ROOT / "robo_ray" / "executors").glob("*.py"), ROOT / "robo_ray" / "watchdog.py", ROOT / "robo_ray" / "writers" / "base.py",
                   ROOT / "ray_jobs" / "convert.py"])
 
 
