@@ -12,13 +12,13 @@ from typing import Any
 
 import ray
 
-from robo_ray.ray_exec.faults import FaultPlan
-from robo_ray.stages.convert import ChainedHooks
 from robo_ray.executors.base import JobSpec
+from robo_ray.ray_exec.faults import FaultPlan
 from robo_ray.stages.attempts import UnitAttempts
+from robo_ray.stages.convert import ChainedHooks
+from robo_ray.stages.plan import Unit
 from robo_ray.stages.publisher import Publisher, PublishSpec
 from robo_ray.stages.unit_failures import UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT, quarantine_unit
-from robo_ray.stages.plan import Unit
 from robo_ray.watchdog import ACTIVITY, ACTOR_BEAT_S, Limits, WatchdogHooks, with_quarantined, without
 from robo_ray.writers import UnitResult
 
