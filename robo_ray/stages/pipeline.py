@@ -40,7 +40,7 @@ from robo_ray.writers import UnitResult, Writer
 
 
 @dataclass
-class _Run:
+class RunContext:
     """One call of `run_pipeline`: the job, where it writes, how it runs and what it was asked."""
 
     cfg: JobConfig
@@ -83,13 +83,13 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
     if start is not None:  # workers come up while Discover and Spec run
         start()
     try:
-        return _run_locked(_Run(cfg, cfg_dump, reader, out_fs, out_root, executor, log, progress, archive, resume,
-                                verify_resume, overwrite, previous_ledger, t0))
+        return _run_locked(RunContext(cfg, cfg_dump, reader, out_fs, out_root, executor, log, progress, archive,
+                                      resume, verify_resume, overwrite, previous_ledger, t0))
     finally:
         lock.release()
 
 
-def _run_locked(run: _Run) -> RunOutcome:
+def _run_locked(run: RunContext) -> RunOutcome:
     """The job once this run holds the destination's lock: the stages in order."""
     clock = StageClock.starting("discover")
     inv = discover(run.cfg, run.reader)
@@ -133,7 +133,7 @@ def spec_and_plan(cfg: JobConfig, inv: Inventory,
     return mapping, writer, units, unit_options
 
 
-def write_plan_outputs(run: _Run, inv: Inventory, mapping: Mapping, units: list[Unit],
+def write_plan_outputs(run: RunContext, inv: Inventory, mapping: Mapping, units: list[Unit],
                        previous: list[UnitResult]) -> None:
     """Discover's and Spec's files, job.json, and their log lines."""
     fs, root, log = run.out_fs, run.out_root, run.log
@@ -165,7 +165,7 @@ def job_spec(cfg: JobConfig, inv: Inventory, mapping: Mapping, unit_options: dic
                    Limits.from_config(cfg.convert), cfg.target.format, unit_options, verify)
 
 
-def convert_and_publish(run: _Run, units: list[Unit], job: JobSpec, spec: PublishSpec) -> RunOutcome:
+def convert_and_publish(run: RunContext, units: list[Unit], job: JobSpec, spec: PublishSpec) -> RunOutcome:
     """Convert the pending units and hand each result to the Publisher, whose `finish` commits, validates
     (4.) and publishes (5.). An executor with `run_job` (Ray) runs its own Publisher."""
     log = run.log
