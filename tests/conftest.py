@@ -106,7 +106,7 @@ class UnitCheckSpy:
     verifier's `check_unit` (the one place a unit's files are re-read)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, writer_cls: type, verifier_cls: type) -> None:
-        from robo_ray.stages.pipeline import Publisher
+        from robo_ray.stages.publisher import Publisher
 
         self.calls: list[tuple[int, bool, bool]] = []
         self.checks: list[Any] = []

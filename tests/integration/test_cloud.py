@@ -28,7 +28,8 @@ import pytest
 
 from robo_ray.config import load_config
 from robo_ray.stages.journal import read_ledger
-from robo_ray.stages.pipeline import InProcessExecutor, run_pipeline
+from robo_ray.executors.in_process import InProcessExecutor
+from robo_ray.stages.pipeline import run_pipeline
 from tests.conftest import REPO, load_rlds, run_cli, sigkill_when
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 from tests.fixtures.servers import FaultRule, free_port, gcs_server, s3_server  # noqa: F401 - fixtures
@@ -332,7 +333,8 @@ def test_conditional_create_lets_one_of_two_concurrent_writers_win(s3_server, tm
 def test_commit_marker_refuses_a_second_publisher(s3_server, sources, monkeypatch):  # noqa: F811
     """Two runs raced on one S3 destination and the other one committed first: this run must not publish."""
     from robo_ray.errors import OutputConflict
-    from robo_ray.stages import pipeline
+    from robo_ray.stages.destination import COMMIT_MARKER
+    from robo_ray.stages.publisher import Publisher
     from robo_ray.storage import create_exclusive, join
 
     prefix = f"{OUT_BUCKET}/race-{uuid.uuid4().hex[:6]}"
@@ -353,13 +355,13 @@ def test_commit_marker_refuses_a_second_publisher(s3_server, sources, monkeypatc
     assert json.loads(fs.cat_file(f"{prefix}/ledger.json"))["resumed_shards"] == [0, 1, 2, 3]
     assert json.loads(fs.cat_file(f"{prefix}/commit.json"))["run_id"] != marker["run_id"]  # published again
 
-    original = pipeline.Publisher._publish_commit_marker
+    original = Publisher._publish_commit_marker
 
     def other_run_commits_first(self, outcome, results):
-        create_exclusive(self.fs, join(self.root, pipeline.COMMIT_MARKER), b'{"run_id": "the-other-run"}')
+        create_exclusive(self.fs, join(self.root, COMMIT_MARKER), b'{"run_id": "the-other-run"}')
         return original(self, outcome, results)
 
-    monkeypatch.setattr(pipeline.Publisher, "_publish_commit_marker", other_run_commits_first)
+    monkeypatch.setattr(Publisher, "_publish_commit_marker", other_run_commits_first)
     with pytest.raises(OutputConflict, match="the-other-run"):
         run_pipeline(cfg, overwrite=True, executor=InProcessExecutor())
     assert json.loads(fs.cat_file(f"{prefix}/commit.json")) == {"run_id": "the-other-run"}

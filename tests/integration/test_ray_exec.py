@@ -29,7 +29,8 @@ import ray  # noqa: E402
 
 from robo_ray.config import load_config  # noqa: E402
 from robo_ray.errors import OutputConflict  # noqa: E402
-from robo_ray.stages.pipeline import InProcessExecutor, run_pipeline  # noqa: E402
+from robo_ray.executors.in_process import InProcessExecutor  # noqa: E402
+from robo_ray.stages.pipeline import run_pipeline  # noqa: E402
 from robo_ray.storage import sha256_file, url_to_fs  # noqa: E402
 from tests.conftest import sigkill_when, wait_for  # noqa: E402
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset  # noqa: E402
