@@ -34,8 +34,8 @@ VECTOR_SHOWN = 8
 
 CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;
-vertical-align:top}th{background:#f3f3f3}.ok{color:#070}.bad{color:#b00}.skip{color:#875c00}figure{display:inline-block;margin:4px 10px
-4px 0}figure img{width:160px;image-rendering:pixelated;border:1px solid #999;margin-right:2px}figcaption{font-size:12px}
+vertical-align:top}th{background:#f3f3f3}.ok{color:#070}.bad{color:#b00}.skip{color:#875c00}
+figure{display:inline-block;margin:4px 10px 4px 0}figure img{width:160px;image-rendering:pixelated;border:1px solid #999;margin-right:2px}figcaption{font-size:12px}
 svg.plot{border:1px solid #ccc;background:#fff;display:block}.legend span{font-size:11px;margin-right:6px}
 code{font-size:12px}.plots{display:flex;flex-wrap:wrap;gap:0 24px}.vec{font-family:monospace;font-size:12px}"""
 
@@ -175,9 +175,9 @@ def difference(written: np.ndarray, source: np.ndarray | None) -> str:
         return "source not available: written values only"
     if source.shape != written.shape:
         return f"source shape {source.shape} differs from the written {written.shape}"
-    both_nan = np.isnan(written) & np.isnan(source)
-    delta = np.where(both_nan, 0.0, np.abs(written - source))
-    worst = float(np.nanmax(delta)) if delta.size and not np.all(np.isnan(delta)) else 0.0
+    w_nan, s_nan = np.isnan(written), np.isnan(source)
+    delta = np.where(w_nan & s_nan, 0.0, np.where(w_nan | s_nan, np.inf, np.abs(written - source)))
+    worst = float(delta.max()) if delta.size else 0.0
     return "written = source at every step" if worst == 0 else f"max |written - source| {num(worst)}"
 
 

@@ -1,8 +1,8 @@
 """A plain `pip install .` (no extras: no TensorFlow, no tfds) converts and validates correctly, as the product
 card and issue #16 ask: in a fresh venv, `robo-ray run` on ../shared/samples/lerobot_v30_av1_2cam exits 0 for the
 RLDS and the LeRobot targets, the tfds read-back is reported as skipped (with the install hint), never failed nor
-counted as passed, and `robo-ray validate` agrees. The venv is built in the test's temp dir from this checkout (1-3 minutes, pip's cache
-helps), so it always holds the code under test."""
+counted as passed, and `robo-ray validate` agrees. The venv is built in the test's temp dir from this checkout
+(1-3 minutes, pip's cache helps), so it always holds the code under test."""
 from __future__ import annotations
 
 import json
