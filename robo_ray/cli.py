@@ -300,10 +300,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     readback_shards=cfg.validate_.readback_shards).run()
     write_validation_outputs(fs, root, res, mapping.dataset_name, 0.0)
     for c in res.checks:
-        if not c.passed:
-            print(f"validation failed: {c.name}: {c.detail}", file=sys.stderr)
+        if c.status != "passed":
+            print(f"validation {c.status}: {c.name}: {c.detail}", file=sys.stderr)
     print(f"validation {'passed' if res.passed else 'FAILED'}: {res.episodes_written} episodes, "
-          f"{res.steps_written} steps")
+          f"{res.steps_written} steps; checks: {res.tally()}")
     return 0 if res.passed else 3
 
 

@@ -20,19 +20,16 @@ from robo_ray.errors import (DataCorrupt, EpisodeDataOutside, EpisodeError, Epis
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import detect_format, open_reader
 from robo_ray.stages.pipeline import run_pipeline
-from tests.conftest import shared_dir
+from tests.conftest import require_shared
 from tests.fixtures import minari_gen, ortf_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
-SAMPLES = shared_dir() / "samples"
 Maker = Callable[[Path], Path]
 
 
 def _sample(rel: str) -> Maker:
     def make(tmp: Path) -> Path:
-        if not (SAMPLES / rel).exists():
-            pytest.skip(f"shared sample {SAMPLES / rel} is missing (set ROBO_RAY_SHARED)")
-        return SAMPLES / rel
+        return require_shared(f"samples/{rel}")
     return make
 
 

@@ -417,5 +417,5 @@ def test_ray_job_submit(cluster, datasets, reference, tmp_path):
     assert _ledger(out)["complete"]
     summary = json.loads((out / "diff_summary.json").read_text())
     assert summary["passed"] is True
-    assert any(c["name"].startswith("tfds") and c["passed"] for c in summary["checks"]), summary["checks"]
+    assert any(c["name"].startswith("tfds") and c["status"] == "passed" for c in summary["checks"]), summary["checks"]
     assert _shards(out) == reference["v21"]["shards"]
