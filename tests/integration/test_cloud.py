@@ -344,18 +344,6 @@ def test_gcs_emulator_ignores_if_generation_match(gcs_server, monkeypatch):  # n
     assert fs.cat_file(f"{root}/commit.json") == b"second"
 
 
-class _Stand:
-    """What Publisher._publish_commit_marker reads of its Publisher: one publisher of `root` (no whole run)."""
-
-    def __init__(self, fs, root: str, url: str, run_id: str) -> None:
-        from types import SimpleNamespace as NS
-
-        self.fs, self.root = fs, root
-        self.spec = NS(run_id=run_id, fingerprint="fp")
-        self.writer = NS(dataset_rel="rlds/race/1.0.0", format_name="rlds")
-        self.cfg = NS(target=NS(url=url))
-
-
 def _race(publish, n: int = 2) -> tuple[list[int], dict[int, BaseException]]:
     """`publish(i)` in n threads released together: (winners, {loser: its exception})."""
     barrier, won, lost = threading.Barrier(n), [], {}
@@ -383,14 +371,13 @@ def test_gcs_commit_marker_race_one_publisher_wins(gcs_server, monkeypatch, via)
     create_exclusive; OutputConflict RR402 naming the winner from the Publisher), the object holds the winner's
     bytes, and every upload of the marker asked for the precondition."""
     from robo_ray.errors import OutputConflict
-    from robo_ray.stages import pipeline
+    from robo_ray.stages.destination import publish_commit_marker
     from robo_ray.storage import create_exclusive, url_to_fs
     from tests.fixtures.gcs_preconditions import GcsPreconditionProxy
 
     monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     gcs_server.make_bucket(OUT_BUCKET)
     direct = gcs_server.fs()
-    outcome = pipeline.RunOutcome(0, "", "", 1, [], True, "")
     with GcsPreconditionProxy(gcs_server.endpoint) as proxy:
         for round_ in range(3):
             url = f"gs://{OUT_BUCKET}/race-{uuid.uuid4().hex[:6]}"
@@ -401,7 +388,7 @@ def test_gcs_commit_marker_race_one_publisher_wins(gcs_server, monkeypatch, via)
                 if via == "create_exclusive":
                     create_exclusive(fs, path, json.dumps({"run_id": f"run-{i}"}).encode())
                 else:
-                    pipeline.Publisher._publish_commit_marker(_Stand(fs, root, url, f"run-{i}"), outcome, [])
+                    publish_commit_marker(fs, root, url, {"run_id": f"run-{i}"})  # what Publisher.finish calls
 
             won, lost = _race(publish)
             assert len(won) == 1 and len(lost) == 1, f"round {round_}: won {won}, lost {lost}"
