@@ -171,6 +171,32 @@ class UnitLedger:
         return ledger
 
 
+def keep_progress_of(fs: Any, root: str, episodes: set[int]) -> int:
+    """On resume: progress.jsonl keeps only the lines of `episodes` (those of the units already committed). A run
+    killed between a unit's progress lines and the next ledger.json rewrite left lines of a unit the resume converts
+    again; without this they would be journaled twice. Streams the file; rewrites it (atomically) only when a line
+    goes. Returns the lines dropped."""
+    path = join(root, PROGRESS_NAME)
+    if not fs.exists(path):
+        return 0
+    kept: list[str] = []
+    dropped = 0
+    with fs.open(path, "rb") as f:
+        for raw in f:
+            line = raw.decode("utf-8").rstrip("\n")
+            try:
+                episode = int(json.loads(line)["episode_id"]) if line.strip() else None
+            except (ValueError, KeyError, TypeError):
+                episode = None  # not ours to judge: kept as it is
+            if episode is not None and episode not in episodes:
+                dropped += 1
+            else:
+                kept.append(line)
+    if dropped:
+        write_text_atomic(fs, path, "".join(f"{x}\n" for x in kept if x.strip()))
+    return dropped
+
+
 def journal_parts(fs: Any, root: str) -> list[str]:
     """The parts a run left under `root` (one listing), in unit order."""
     names = ls_or_empty(fs, join(root, JOURNAL_DIR))

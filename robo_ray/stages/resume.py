@@ -15,7 +15,7 @@ from robo_ray.config import JobConfig
 from robo_ray.errors import OutputConflict
 from robo_ray.mapping import Mapping
 from robo_ray.stages.destination import prepare_destination, remove_commit_marker
-from robo_ray.stages.journal import read_ledger
+from robo_ray.stages.journal import keep_progress_of, read_ledger
 from robo_ray.stages.plan import Unit
 from robo_ray.stages.unit_failures import UNIT_FAILURE_CODES
 from robo_ray.storage import join, read_json_or_none
@@ -78,7 +78,7 @@ def committed_units(writer: Writer, units: list[Unit], ledger: dict[str, Any] | 
             continue
         if any(q.get("code") in UNIT_FAILURE_CODES for q in res.quarantined):
             continue
-        covered = [e for e, _ in res.episodes] + [q["episode_index"] for q in res.quarantined]
+        covered = _covered(res)
         if sorted(covered) != sorted(unit.episode_indices):
             continue
         if writer.is_committed(res, verify):
@@ -120,6 +120,7 @@ def reopen_for_resume(fs, out_root: str, cfg: JobConfig, writer: Writer, units: 
         return False, []
     writer.remove_stale_temps()
     previous = committed_units(writer, units, previous_ledger, verify)
+    keep_progress_of(fs, out_root, {e for r in previous for e in _covered(r)})  # units redone journal again
     if len(previous) < len(units):  # un-commit: units are about to change until the new commit
         for name in writer.commit_files():
             path = join(writer.dataset_dir, name)
@@ -127,3 +128,8 @@ def reopen_for_resume(fs, out_root: str, cfg: JobConfig, writer: Writer, units: 
                 fs.rm(path)
     remove_commit_marker(fs, out_root)  # this run publishes again
     return True, previous
+
+
+def _covered(res: UnitResult) -> list[int]:
+    """The episodes a committed unit accounts for: written or quarantined."""
+    return [e for e, _ in res.episodes] + [int(q["episode_index"]) for q in res.quarantined]
