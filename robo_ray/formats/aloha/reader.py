@@ -2,10 +2,11 @@
 record_sim_episodes name them), or one such file.
 
 Each file is one episode of T steps (T = `/action` rows): `/observations/qpos` -> observation/state, `qvel`,
-`effort` and any other per-step observation -> observation/<key>, `/action` -> action (`/base_action`, Mobile
-ALOHA's, -> action/base), `/observations/images/<cam>` -> a camera: raw (T, H, W, 3) uint8, or compressed (root attr
-`compress`): JPEG rows padded to the longest + `/compress_len` (robo_ray/formats/aloha/jpeg_rows.py), decoded in
-the recorder's colour order. Frames are read and decoded a few at a time while the writer takes them: an episode
+`effort` and any other per-step observation -> observation/<key>, `/action` -> action (Mobile ALOHA's
+`/base_action` -> action_base; LeRobot concatenates the two into `action`), `/observations/images/<cam>` -> a
+camera (`cam_high` -> observation/image_high): raw (T, H, W, 3) uint8, or compressed (root attr `compress`): JPEG
+rows padded to the longest + `/compress_len` (robo_ray/formats/aloha/jpeg_rows.py), decoded in the recorder's
+colour order. Frames are read and decoded a few at a time while the writer takes them: an episode
 of 1,000 steps from four 480x640 cameras (3.7 GB decoded) is never whole in memory.
 
 The files record no rate: the recorders step at DT = 0.02 s, so 50 fps unless --fps says otherwise. Episode files
@@ -15,6 +16,7 @@ beyond the limits is quarantined alone (EP202 / EP207 / EP206) and the others co
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -51,7 +53,7 @@ def _declare(key: str, ds: Any, compressed: bool, steps: int, first_jpeg: bytes 
     shape = tuple(int(d) for d in ds.shape[1:])
     if key.startswith(IMAGES):
         cam = key[len(IMAGES):]
-        name = canonical_path("observation", f"image_{cam}")
+        name = canonical_path("observation", f"image_{re.sub(r'^cam_?', '', cam) or cam}")  # cam_high -> image_high
         if compressed and len(shape) == 1 and ds.dtype == np.uint8 and first_jpeg is not None:
             h, w = jpeg_rows.jpeg_shape(first_jpeg, key)
             return FeatureSpec(key, "image", "uint8", (h, w, 3), declared_shape=shape, codec="jpeg", role="camera",
@@ -73,7 +75,7 @@ def _declare(key: str, ds: Any, compressed: bool, steps: int, first_jpeg: bytes 
     if key == "action":
         return replace(spec, role="action", name="action")
     if key == "base_action":
-        return replace(spec, role="action", name="action/base")
+        return replace(spec, role="action", name="action_base")  # LeRobot: action = arms (14) + base (2)
     return replace(spec, role="other", name=canonical_path("", key))
 
 
