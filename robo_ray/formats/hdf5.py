@@ -236,9 +236,12 @@ class LazyFrames:
             block = self._read(a, min(n, a + self._chunk))
             yield from block
 
-    def astype(self, dtype: Any) -> np.ndarray:
-        """The whole array (only for small sources: the convert stage asks for it for 16-bit frames)."""
-        return np.stack(list(self)).astype(dtype) if len(self) else np.zeros(self.shape, dtype)
+    def astype(self, dtype: Any) -> "LazyFrames":
+        """The same frames cast to `dtype`, still read lazily (the convert stage asks this of 16-bit frames)."""
+        if np.dtype(dtype) == self.dtype:
+            return self
+        read = self._read
+        return LazyFrames(self.shape[0], self.shape[1:], lambda a, b: read(a, b).astype(dtype), dtype, self._chunk)
 
 
 # ---- a source of one HDF5 file or a folder of them -------------------------------------------------------------

@@ -285,3 +285,43 @@ def test_aloha_long_episode_streams_in_bounded_memory(tmp_path: Path) -> None:
     assert peak < 200 << 20, f"peak {peak >> 20} MB"
     want = aloha_gen.decode(aloha_gen.encode(aloha_gen.frame(0, 0, 0, 480, 640)))
     np.testing.assert_array_equal(first[sorted(ep.images).index("observations/images/cam_high")], want)
+
+
+# ---- detection and findings ------------------------------------------------------------------------------------
+def test_each_hdf5_layout_goes_to_its_reader(made: Callable[[str], Path], aloha_made: Callable[[str], Path],
+                                             tmp_path: Path) -> None:
+    """A Minari file is not taken for robomimic nor the reverse; --format forces a reader, which then says what
+    the file is not."""
+    import warnings
+
+    from robo_ray.errors import SourceFormatError
+    from tests.fixtures import minari_gen
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        minari = tmp_path.joinpath(*minari_gen.make_dataset(tmp_path, "box", "hdf5", episodes=2).split("/"))
+    minari_file = minari / "data" / "main_data.hdf5"
+    robomimic_file = made("robomimic")
+    aloha_file = aloha_made("aloha-real-jpeg") / "episode_0.hdf5"
+    assert [detect_format(str(p)) for p in (minari_file, minari, robomimic_file, robomimic_file.parent, aloha_file,
+                                            aloha_file.parent)] == ["minari"] * 2 + ["robomimic"] * 2 + ["aloha"] * 2
+    with pytest.raises(SourceFormatError, match="not an ALOHA / ACT episode"):
+        open_reader(str(robomimic_file), "aloha")
+    with pytest.raises(SourceFormatError, match="not a robomimic-family file"):
+        open_reader(str(aloha_file), "robomimic")
+
+
+def test_robomimic_findings(tmp_path: Path) -> None:
+    """num_samples that disagrees with the actions (RM102), a demo in two splits (RM104), a mask naming a demo the
+    file lacks (RM105), data attrs total off (RM103): warnings in the inventory; the conversion goes on."""
+    src = robomimic_gen.write_robomimic(tmp_path / "f" / "demo.hdf5")
+    with h5py.File(src, "a") as f:
+        f["data/demo_0"].attrs["num_samples"] = 99
+        f["data"].attrs["total"] = 1
+        del f["mask/valid"]
+        f["mask/valid"] = np.array(["demo_0", "demo_1", "demo_77"], dtype="S")
+    inv = open_reader(str(src)).discover()
+    by_code = {f.code: f.message for f in inv.findings}
+    assert set(by_code) == {"RM102", "RM103", "RM104", "RM105"}, inv.findings
+    assert "demo_0 num_samples=99" in by_code["RM102"] and "demo_77" in by_code["RM105"]
+    assert [r.split for r in inv.refs] == ["train", "val", "train", "train"]  # train's mask came first

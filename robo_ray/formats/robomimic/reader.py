@@ -78,11 +78,14 @@ class RobomimicReader(Hdf5FilesReader):
         if not layout.is_robomimic_file(f):
             raise SourceFormatError(f"{rel}: not a robomimic-family file (no data/demo_<N> groups)")
         attrs = f["data"].attrs
-        return {"env_args": layout.json_attr(attrs, "env_args", rel) or layout.json_attr(attrs, "env_info", rel),
+        masks = layout.read_masks(f, rel)
+        split_of, filter_keys, mask_findings = self._splits(rel, masks)
+        return {"split_of": split_of, "filter_keys": filter_keys, "mask_findings": mask_findings,
+                "env_args": layout.json_attr(attrs, "env_args", rel) or layout.json_attr(attrs, "env_info", rel),
                 "problem_info": layout.json_attr(attrs, "problem_info", rel),
                 "env_name": attr_text(attrs, "env_name", 4096) or attr_text(attrs, "env", 4096),
                 "total": jsonable(attrs.get("total")), "opengl": layout.opengl_frames(attrs),
-                "masks": layout.read_masks(f, rel), "outside": outside}
+                "masks": masks, "outside": outside}
 
     def _demos(self, rel: str) -> list[tuple[int, str]]:
         """(number, name) of the file's demo groups, in number order."""
@@ -95,12 +98,13 @@ class RobomimicReader(Hdf5FilesReader):
         return sorted(found)
 
     # ---- discover ----------------------------------------------------------------------------------------------
-    def _splits(self, rel: str) -> tuple[dict[str, str], dict[str, list[str]], list[Finding]]:
-        """demo -> split, demo -> its other filter keys, and findings about the masks of one file."""
+    @staticmethod
+    def _splits(rel: str, masks: dict[str, list[str]]) -> tuple[dict[str, str], dict[str, str], list[Finding]]:
+        """demo -> split, demo -> its other filter keys ("a,b"), and findings about the masks of one file."""
         split_of: dict[str, str] = {}
         filters: dict[str, list[str]] = {}
         findings: list[Finding] = []
-        for mask, demos in self._info(rel)["masks"].items():
+        for mask, demos in masks.items():
             split = layout.SPLIT_MASKS.get(mask)
             for demo in demos:
                 if split is None:
@@ -108,17 +112,16 @@ class RobomimicReader(Hdf5FilesReader):
                 elif split_of.setdefault(demo, split) != split:
                     findings.append(Finding("warning", "RM104", f"{rel}: {demo} is in mask/{mask} and in the "
                                             f"{split_of[demo]} split; kept in {split_of[demo]}"))
-        return split_of, filters, findings
+        return split_of, {d: ",".join(keys) for d, keys in filters.items()}, findings
 
     def discover(self) -> Inventory:
         refs: list[EpisodeRef] = []
         findings: list[Finding] = []
         tasks: list[str] = []
-        self._filter_keys: dict[tuple[str, str], str] = {}
         for rel in self.files:
             info = self._info(rel)
             f = self._h5(rel)
-            split_of, filters, mask_findings = self._splits(rel)
+            split_of, mask_findings = info["split_of"], info["mask_findings"]
             findings += mask_findings
             lang = layout.language(info["problem_info"])
             if lang and lang not in tasks:
@@ -133,7 +136,6 @@ class RobomimicReader(Hdf5FilesReader):
             for _, name in demos:
                 length = self._demo_length(rel, f["data"], name, info, findings)
                 steps += length
-                self._filter_keys[(rel, name)] = ",".join(filters.get(name, []))
                 refs.append(EpisodeRef(len(refs), length, rel, tasks=(lang,) if lang else (), source_id=name,
                                        split=split_of.get(name)))
             total = info["total"]
@@ -158,9 +160,8 @@ class RobomimicReader(Hdf5FilesReader):
         return inv
 
     def _demo_length(self, rel: str, data: Any, name: str, info: dict[str, Any], findings: list[Finding]) -> int:
-        """T of one demo: its actions' rows (num_samples when the demo cannot be looked into: it is quarantined
-        when loaded)."""
-        declared = jsonable(data[name].attrs.get("num_samples")) if name not in info["outside"] else None
+        """T of one demo: its actions' rows (0 when the demo cannot be looked into: it is quarantined when loaded,
+        a warning says why)."""
         if name in info["outside"]:
             findings.append(Finding("warning", "RM106", f"{rel}: {name}: {info['outside'][name]}; the demo will "
                                     "be quarantined"))
@@ -170,6 +171,7 @@ class RobomimicReader(Hdf5FilesReader):
             findings.append(Finding("warning", "RM107", f"{rel}: {name} has no actions; it will be quarantined"))
             return 0
         ds = data[name]["actions"]
+        declared = jsonable(data[name].attrs.get("num_samples"))
         length = check_count(f"{rel}: {name} steps", int(ds.shape[0]) if ds.shape else 0, MAX_EPISODE_LENGTH)
         if isinstance(declared, int) and declared != length:
             findings.append(Finding("warning", "RM102", f"{rel}: {name} num_samples={declared} but its actions "
@@ -202,11 +204,8 @@ class RobomimicReader(Hdf5FilesReader):
                 ep.columns[key] = read_steps(ds, spec, where, ref.length)
         lang = ref.tasks[0] if ref.tasks else ""
         ep.step_tasks = [lang] * ref.length
-        filter_keys = getattr(self, "_filter_keys", {}).get((rel, name))
-        if filter_keys is None:
-            filter_keys = ",".join(self._splits(rel)[1].get(name, []))
         ep.metadata = {"episode_id": ref.episode_index, "file_path": rel, "demo_key": name,
-                       "filter_keys": filter_keys}
+                       "filter_keys": info["filter_keys"].get(name, "")}
         return ep
 
     @staticmethod
