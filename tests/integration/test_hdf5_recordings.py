@@ -146,10 +146,13 @@ def test_robomimic_family_to_rlds_loads_in_tfds(name: str, made: Callable[[str],
                 assert psnr(got[0], frames[0][::-1]) < worst - 5
 
 
-def _rlds_camera(steps: dict[str, np.ndarray], obs_key: str) -> str:
+def _rlds_camera_name(obs_key: str) -> str:
     """The RLDS camera feature of a source image key (observation/image_<own words>)."""
-    words = obs_key.split("/", 1)[1].replace("_image", "").replace("_rgb", "")
-    name = f"observation/image_{words}"
+    return "observation/image_" + obs_key.split("/", 1)[1].replace("_image", "").replace("_rgb", "")
+
+
+def _rlds_camera(steps: dict[str, np.ndarray], obs_key: str) -> str:
+    name = _rlds_camera_name(obs_key)
     assert name in steps, (name, sorted(steps))
     return name
 
@@ -346,3 +349,24 @@ def test_aloha_long_episode_converts_in_bounded_memory(tmp_path: Path) -> None:
     assert "1 episodes / 1000 steps written" in proc.stdout + proc.stderr
     peak_kb = int(proc.stderr.rsplit("PEAK_KB", 1)[1].split()[0])
     assert peak_kb < 1_500_000, f"peak RSS {peak_kb >> 10} MB"
+
+
+@pytest.mark.parametrize("name", ["libero", "aloha-real-jpeg", "act-sim-raw"])
+def test_lossless_output_is_exact(name: str, made: Callable[[str], Path], aloha_made: Callable[[str], Path],
+                                  tmp_path: Path) -> None:
+    """PNG output (`images.encoding=png`) holds exactly the decoded source frames: LIBERO's flipped frames, ALOHA's
+    JPEG rows as cv2.imdecode gives them, ACT's raw frames."""
+    if name == "libero":
+        src = made(name)
+        frames = [t.frames for t in robomimic_truth(src)]
+        rename = {k: _rlds_camera_name(k) for k in frames[0]}
+    else:
+        src = aloha_made(name)
+        frames = [t["frames"] for t in aloha_truth(src)]
+        rename = {k: f"observation/image_{k.replace('cam_', '')}" for k in frames[0]}
+    outcome = convert(src, tmp_path / "out", "rlds", "images.encoding=png")
+    episodes = load_rlds(Path(outcome.dataset_dir))
+    assert len(episodes) == len(frames)
+    for ep, want in zip(episodes, frames):
+        for key, target in rename.items():
+            np.testing.assert_array_equal(ep["steps"][target], want[key])
