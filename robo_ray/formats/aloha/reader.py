@@ -127,15 +127,13 @@ class AlohaReader(Hdf5FilesReader):
             first_jpeg = None
             if compressed and key.startswith(IMAGES) and ds.ndim == 2 and ds.shape[0]:
                 check_dataset(ds, rel)
-                row = ds[0]
-                first_jpeg = row.tobytes()
+                first_jpeg = ds[0].tobytes()  # the header gives the frame size (the zero padding is ignored)
             spec = _declare(key, ds, compressed, steps, first_jpeg)
             if spec is not None:
                 feats[key] = spec
-        if not any(s.kind == "image" for s in feats.values()) and any(k.startswith(IMAGES) for k, _ in
-                                                                       leaves(f, "", rel)):
-            raise SourceFormatError(f"{rel}: the cameras under /observations/images are neither raw HxWx3 uint8 "
-                                    "frames nor JPEG rows")
+            elif key.startswith(IMAGES):
+                raise SourceFormatError(f"{rel}: camera /{key} is neither raw HxWx3 uint8 frames nor JPEG rows "
+                                        f"({ds.dtype} {tuple(ds.shape)})")
         return unique_names(feats), compressed
 
     # ---- discover ----------------------------------------------------------------------------------------------
