@@ -430,7 +430,7 @@ class BaseReader(DatasetFiles):
                             f"{self.fps:g} fps ({self.fps_source})", self.fps, self.fps_ignored)]
         if not self.fps:
             return [Finding("warning", "F101", f"the {self.format_name} source records no frame rate: pass --fps "
-                            "(targets that store timestamps, e.g. LeRobot, need one)")]
+                            "(targets that store timestamps need one)")]
         return []
 
     @classmethod

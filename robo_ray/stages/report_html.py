@@ -176,7 +176,10 @@ def difference(written: np.ndarray, source: np.ndarray | None) -> str:
     if source.shape != written.shape:
         return f"source shape {source.shape} differs from the written {written.shape}"
     w_nan, s_nan = np.isnan(written), np.isnan(source)
-    delta = np.where(w_nan & s_nan, 0.0, np.where(w_nan | s_nan, np.inf, np.abs(written - source)))
+    with np.errstate(invalid="ignore"):  # inf - inf: the NaN it gives is replaced below
+        gap = np.abs(written - source)
+    gap = np.where(np.isnan(gap) & ~(w_nan | s_nan), np.where(written == source, 0.0, np.inf), gap)
+    delta = np.where(w_nan & s_nan, 0.0, np.where(w_nan | s_nan, np.inf, gap))
     worst = float(delta.max()) if delta.size else 0.0
     return "written = source at every step" if worst == 0 else f"max |written - source| {num(worst)}"
 
