@@ -18,6 +18,7 @@ whatever Arrow would make of it. Ray must already be initialised (the executor's
 from __future__ import annotations
 
 import math
+import os
 import pickle
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -42,7 +43,10 @@ class ReaderFactory:
     @classmethod
     def of(cls, reader: BaseReader, url: str, storage_options: dict[str, Any] | None = None,
            options: dict[str, Any] | None = None) -> "ReaderFactory":
-        """The factory of an open reader, given the URL and options it was opened with (`open_reader`'s)."""
+        """The factory of an open reader, given the URL (as `resolve_source` gave it to the reader) and the options
+        it was opened with (`open_reader`'s); a relative local path is made absolute (workers have their own cwd)."""
+        if "://" not in url:
+            url = os.path.abspath(url)
         return cls(type(reader), url, dict(storage_options or {}), dict(options or {}))
 
     def __call__(self) -> BaseReader:

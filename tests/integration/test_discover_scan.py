@@ -100,8 +100,10 @@ def test_merge_of_ray_data_scans_is_discover(where, local_source, s3_source, ray
     _check_against_discover(reader, reader.merge_scans(rows))
 
 
-def test_a_reader_that_does_not_split_says_so(local_source):
-    reader = open_reader(str(local_source))
-    assert BaseReader.scan_tasks(reader) == []
-    with pytest.raises(NotImplementedError):
-        BaseReader.merge_scans(reader, [])
+def test_a_reader_that_does_not_split_says_so(shared: Path):
+    """A reader without the pair (here: the shared real LeRobot v2.1 dataset's) has no tasks: discover() runs."""
+    reader = open_reader(str(shared / "real" / "g1_v21_30ep"))
+    assert reader.scan_tasks() == []
+    with pytest.raises(NotImplementedError, match="does not split its Discover scan"):
+        reader.merge_scans([])
+    assert reader.discover().episodes_count == 30
