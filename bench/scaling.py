@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     from robo_ray.ray_exec.executor import RayExecutor
     from robo_ray.readers import open_reader
     from robo_ray.stages.convert import ConvertOptions
-    from robo_ray.stages.pipeline import JobSpec, resolve_mapping
+    from robo_ray.executors.base import JobSpec
+    from robo_ray.stages.target_setup import resolve_mapping
     from robo_ray.stages.plan import plan_units
 
     work = Path(tempfile.mkdtemp(prefix="robo-ray-bench-"))

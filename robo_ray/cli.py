@@ -172,7 +172,7 @@ def _print_reports(outcome: Any) -> None:
 def cmd_dry_run(cfg: Any) -> int:
     from robo_ray.readers import open_reader
     from robo_ray.stages.discover import summarize
-    from robo_ray.stages.pipeline import make_writer, resolve_mapping
+    from robo_ray.stages.target_setup import make_writer, resolve_mapping
     from robo_ray.stages.plan import estimate_episode_bytes
 
     reader = open_reader(cfg.source.url, cfg.source.format, cfg.source.storage_options, cfg.source.options)
@@ -233,7 +233,7 @@ def _load_output(dst: str) -> dict[str, Any]:
 def cmd_spec(args: argparse.Namespace) -> int:
     from robo_ray.readers import open_reader
     from robo_ray.stages.discover import summarize, write_discover_outputs
-    from robo_ray.stages.pipeline import resolve_mapping
+    from robo_ray.stages.target_setup import resolve_mapping
     from robo_ray.stages.spec import write_spec_outputs
     from robo_ray.storage import url_to_fs
 
@@ -258,7 +258,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from robo_ray.stages.pipeline import RunLog, validate_and_publish
+    from robo_ray.stages.finish import validate_and_publish
+    from robo_ray.stages.run_log import RunLog
 
     out = _load_output(args.dst)
     cfg = out["cfg"]
@@ -299,10 +300,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     readback_shards=cfg.validate_.readback_shards).run()
     write_validation_outputs(fs, root, res, mapping.dataset_name, 0.0)
     for c in res.checks:
-        if not c.passed:
-            print(f"validation failed: {c.name}: {c.detail}", file=sys.stderr)
+        if c.status != "passed":
+            print(f"validation {c.status}: {c.name}: {c.detail}", file=sys.stderr)
     print(f"validation {'passed' if res.passed else 'FAILED'}: {res.episodes_written} episodes, "
-          f"{res.steps_written} steps")
+          f"{res.steps_written} steps; checks: {res.tally()}")
     return 0 if res.passed else 3
 
 

@@ -1,5 +1,5 @@
 """The watchdog: no read or decode hangs a run (a FIFO in place of an MP4, a socket that never answers, a store
-that stops sending). No Ray here; robo_ray/stages/pipeline.py (in-process) and robo_ray/ray_exec (actors) use it.
+that stops sending). No Ray here; robo_ray/executors/in_process.py and robo_ray/ray_exec (actors) use it.
 
 * `Limits`: `convert.unit_timeout_s` (wall time of one attempt at a unit) and `convert.read_timeout_s` (longest
   time without progress: a frame decoded, a file opened, an episode started or finished).

@@ -21,12 +21,18 @@ def shared_dir() -> Path:
     return Path(os.environ.get("ROBO_RAY_SHARED", REPO.parent / "shared")).resolve()
 
 
+def require_shared(rel: str = "samples") -> Path:
+    """shared_dir() / rel, or the test fails in one line naming the path: a missing ../shared is never a skip."""
+    path = shared_dir() / rel
+    if not path.exists():
+        pytest.fail(f"shared data not found: {path} (set ROBO_RAY_SHARED to the shared folder)", pytrace=False)
+    return path
+
+
 @pytest.fixture(scope="session")
 def shared() -> Path:
-    path = shared_dir()
-    if not (path / "samples").is_dir():
-        pytest.skip(f"shared datasets not found at {path} (set ROBO_RAY_SHARED)")
-    return path
+    require_shared("samples")
+    return shared_dir()
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -106,7 +112,7 @@ class UnitCheckSpy:
     verifier's `check_unit` (the one place a unit's files are re-read)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, writer_cls: type, verifier_cls: type) -> None:
-        from robo_ray.stages.pipeline import Publisher
+        from robo_ray.stages.publisher import Publisher
 
         self.calls: list[tuple[int, bool, bool]] = []
         self.checks: list[Any] = []

@@ -61,12 +61,14 @@ from typing import Any, Callable, Iterator, TextIO
 import ray
 
 from robo_ray.errors import RoboRayError, UsageError
+from robo_ray.executors.base import JobSpec
 from robo_ray.ray_exec.faults import FaultPlan
 from robo_ray.ray_exec.worker import AttemptCounter, LatePublisher, UnitActor, WorkerContext
-from robo_ray.stages.pipeline import (UNIT_FAILED, JobSpec, PublishSpec, RunOutcome, quarantine_lines,
-                                      quarantine_unit)
 from robo_ray.stages.plan import Unit
 from robo_ray.stages.progress import ProgressFn, ProgressTracker
+from robo_ray.stages.publisher import PublishSpec
+from robo_ray.stages.run_log import RunOutcome
+from robo_ray.stages.unit_failures import UNIT_FAILED, quarantine_lines, quarantine_unit
 from robo_ray.watchdog import Limits
 from robo_ray.writers import UnitResult
 

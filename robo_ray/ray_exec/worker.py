@@ -13,12 +13,14 @@ from typing import Any
 import ray
 
 from robo_ray.activity import ACTIVITY
+from robo_ray.executors.base import JobSpec
 from robo_ray.ray_exec.faults import FaultPlan
+from robo_ray.stages.attempts import UnitAttempts
 from robo_ray.stages.convert import ChainedHooks
-from robo_ray.stages.pipeline import (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT, JobSpec, Publisher, PublishSpec,
-                                     busy_on, quarantine_unit)
 from robo_ray.stages.plan import Unit
-from robo_ray.watchdog import ACTOR_BEAT_S, InFlight, Limits, WatchdogHooks, with_quarantined, without
+from robo_ray.stages.publisher import Publisher, PublishSpec
+from robo_ray.stages.unit_failures import UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT, quarantine_unit
+from robo_ray.watchdog import ACTOR_BEAT_S, Limits, WatchdogHooks, with_quarantined, without
 from robo_ray.writers import UnitResult
 
 
@@ -186,39 +188,24 @@ class LatePublisher(Publisher):
         Publisher.__init__(self, spec)
 
 
-class AttemptCounter:
-    """Coordinator for `RayExecutor.run` (no Publisher): counts attempts and remembers results."""
+class AttemptCounter(UnitAttempts):
+    """Coordinator for `RayExecutor.run` (no Publisher): counts attempts (robo_ray.stages.attempts.UnitAttempts:
+    heartbeats, failures, overdue, busy_on) and remembers results."""
 
     def __init__(self, limits: Limits | None = None) -> None:
-        self.attempts: dict[int, int] = {}
+        super().__init__(limits)
         self.results: dict[int, dict[str, Any]] = {}
-        self.workers: dict[int, str] = {}  # unit -> the worker of its latest attempt
-        self.flight = InFlight(limits or Limits())
-
-    def busy_on(self, host: str) -> int:
-        return busy_on(host, (self.workers[u] for u in self.flight.begun if u in self.workers))
 
     def begin(self, unit_index: int, worker: str = "", actor: Any = None) -> dict[str, Any]:
         if unit_index in self.results:
-            return InFlight.done(self.attempts.get(unit_index, 0), self.results[unit_index])
-        self.attempts[unit_index] = self.attempts.get(unit_index, 0) + 1
-        self.workers[unit_index] = worker
-        return self.flight.begin(unit_index, self.attempts[unit_index], actor)
-
-    def heartbeat(self, unit_index: int, attempt: int, snapshot: dict[str, Any]) -> None:
-        self.flight.heartbeat(unit_index, attempt, snapshot)
-
-    def overdue(self) -> list[tuple[int, Any, str]]:
-        return self.flight.overdue()
-
-    def failed(self, unit_index: int, error: str) -> None:
-        self.flight.failed(unit_index, error)
+            return self.done(unit_index, self.results[unit_index])
+        return super().begin(unit_index, worker, actor)
 
     def record(self, row: dict[str, Any]) -> list[str]:
         unit = UnitResult.from_dict(row).shard_index
-        self.flight.end(unit)
+        self.end(unit)
         self.results[unit] = row
         return []
 
     def get_attempts(self) -> dict[int, int]:
-        return dict(self.attempts)
+        return self.attempt_counts()

@@ -8,12 +8,13 @@ version) resolved under `$MINARI_DATASETS_PATH` (default `~/.minari/datasets`), 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import re
 from typing import Any
 
 from robo_ray.errors import ConfigError, SourceNotFound, UnknownFormat
-from robo_ray.readers.base import BaseReader
+from robo_ray.readers.base import BaseReader, check_fps
 from robo_ray.storage import url_to_fs
 
 # Detection asks the readers in this order: the first whose `sniff` says yes reads the source.
@@ -21,6 +22,10 @@ REGISTRY: dict[str, str] = {
     "lerobot": "robo_ray.formats.lerobot.reader:LeRobotReader",
     "ortf": "robo_ray.formats.ortf.reader:OrtfReader",
     "minari": "robo_ray.formats.minari.reader:MinariReader",
+    # HDF5 recordings: each looks inside the file (Minari: root episode_N groups; robomimic: data/demo_N; ALOHA:
+    # /observations + /action), so none takes another's file
+    "robomimic": "robo_ray.formats.robomimic.reader:RobomimicReader",
+    "aloha": "robo_ray.formats.aloha.reader:AlohaReader",
     "rlds": "robo_ray.formats.rlds.reader:RldsReader",
 }
 # What to install when a reader's module cannot be imported (shown with the ImportError; a format whose
@@ -29,8 +34,11 @@ INSTALL_HINTS: dict[str, str] = {
     "lerobot": "pip install pyarrow av",
     "ortf": "pip install pyarrow av",
     "minari": "pip install h5py (the minari package itself is not needed)",
+    "robomimic": "pip install h5py",
+    "aloha": "pip install h5py simplejpeg",
 }
 
+log = logging.getLogger("robo_ray.readers")
 _SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _MINARI_ID = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _VERSION = re.compile(r"-v(\d+)$")
@@ -125,11 +133,19 @@ def open_reader(url: str, fmt: str | None = None, storage_options: dict[str, Any
     fmt = fmt or detect_format(url, storage_options)
     cls = reader_class(fmt)
     options = dict(options or {})
-    if options:
-        import inspect
+    import inspect
 
-        params = inspect.signature(cls.__init__).parameters
+    params = inspect.signature(cls.__init__).parameters
+    given_fps = options.pop("fps", None) if "fps" not in params else None  # the one fps rule (BaseReader)
+    if given_fps is not None:
+        check_fps(given_fps, "source.options.fps")
+    if options:
         unknown = sorted(k for k in options if k not in params or k in ("self", "url", "storage_options"))
         if unknown:
             raise ConfigError(f"source.options: the {fmt} reader takes no option {', '.join(unknown)}")
-    return cls(url, storage_options=storage_options, **options)
+    reader = cls(url, storage_options=storage_options, **options)
+    if given_fps is not None:
+        reader.apply_given_fps(given_fps)
+        if reader.fps_ignored is not None:
+            log.warning(reader.fps_findings()[0].message)
+    return reader

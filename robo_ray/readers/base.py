@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Protocol, Sequence
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable
-from robo_ray.errors import DataCorrupt, DataMissing, RoboRayError, SourceFormatError, SourceNotFound, UnsafeInput
+from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, RoboRayError, SourceFormatError, SourceNotFound,
+                             UnsafeInput)
 from robo_ray.safety import MAX_JSON_BYTES
 from robo_ray.storage import is_transport_error, join, ls_or_empty, open_input, storage_error, url_of, url_to_fs
 
@@ -30,6 +31,21 @@ BUILTIN_METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text
 # Roles whose features are per-step data placed under their canonical name; the others are RLDS-style step fields
 # (reward, discount, is_first, is_last, terminal), or not step data (language, metadata, bookkeeping).
 DATA_ROLES = frozenset({"state", "observation", "action", "camera", "depth", "other"})
+MAX_FPS = 10_000.0
+
+
+def check_fps(value: Any, where: str = "--fps") -> float:
+    """A frame rate given by the user: a positive number of at most MAX_FPS (ConfigError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_FPS:
+        raise ConfigError(f"{where}: fps {value!r} is not a positive number (at most {MAX_FPS:g})")
+    return float(value)
+
+
+def held_fps(value: Any) -> float | None:
+    """A frame rate found in a source's metadata, or None when it is not a plausible one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_FPS:
+        return None
+    return float(value)
 
 
 def identifier(part: str) -> str:
@@ -388,6 +404,13 @@ class BaseReader(DatasetFiles):
     sniff_file_hint: ClassVar[str | None] = None  # when the source may be a single file: e.g. "a Minari main_data.hdf5"
 
     features: dict[str, FeatureSpec]
+    # The frame rate, one rule for every reader: the rate the source itself records (`fps_held`); else the user's
+    # `--fps` (config `source.options.fps`, `apply_given_fps`); else what the recorder is known to run at; else 0
+    # (unknown: `fps_findings` asks for --fps). `fps_source` says where the rate came from (inventory `declared`).
+    fps: float = 0.0
+    fps_source: str = ""
+    fps_held: bool = False
+    fps_ignored: float | None = None  # a --fps that disagreed with the rate the source records
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         self.url = url
@@ -400,6 +423,32 @@ class BaseReader(DatasetFiles):
     def dataset_root(self, path: str) -> str:
         """The dataset folder for the path the URL names (a reader may accept a file inside it)."""
         return path
+
+    def set_fps(self, fps: float, source: str, held: bool = True) -> None:
+        """The rate the source records (`held`), or the rate its recorder is known to run at (not held: a --fps
+        replaces it)."""
+        self.fps, self.fps_source, self.fps_held = float(fps), source, held
+
+    def apply_given_fps(self, given: Any) -> None:
+        """The user's --fps: used unless the source records its own rate (then kept aside and reported when it
+        disagrees: `fps_findings`)."""
+        fps = check_fps(given)
+        if self.fps_held and self.fps > 0:
+            if abs(fps - self.fps) > 1e-9 * self.fps:
+                self.fps_ignored = fps
+            return
+        self.set_fps(fps, "--fps", held=False)
+
+    def fps_findings(self) -> list[Finding]:
+        """F101 when the rate is unknown (targets that store timestamps need one: pass --fps), F102 when a --fps
+        disagreed with the rate the source records (the source's is used)."""
+        if self.fps_ignored is not None:
+            return [Finding("warning", "F102", f"--fps {self.fps_ignored:g} ignored: the source records "
+                            f"{self.fps:g} fps ({self.fps_source})", self.fps, self.fps_ignored)]
+        if not self.fps:
+            return [Finding("warning", "F101", f"the {self.format_name} source records no frame rate: pass --fps "
+                            "(targets that store timestamps, e.g. LeRobot, need one)")]
+        return []
 
     @classmethod
     def sniff(cls, fs: Any, root: str) -> bool:

@@ -7,6 +7,9 @@ ledger.json, written in O(total) bytes on every filesystem (issue #14).
   object `journal/unit-<index>.json` (its result row and its progress lines); ledger.json is written when the run
   starts and when it ends. At the end the parts are merged into progress.jsonl (one streamed upload to a temporary
   name, the previous run's lines copied first in 4 MB pieces, then moved over it) and deleted. A resume reads ledger.json plus the parts left by a killed run (`read_ledger`).
+
+`UnitLedger` is the Publisher's bookkeeping on top of it: the unit results recorded so far (a resumed run's
+first), their progress lines, and ledger.json rewritten at most every `FLUSH_S` (and `FLUSH_SHARE` of the run).
 """
 from __future__ import annotations
 
@@ -14,10 +17,11 @@ import json
 import os
 import posixpath
 import shutil
+import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
-from robo_ray.writers.base import jsonable
+from robo_ray.writers.base import UnitResult, jsonable
 from robo_ray.storage import (is_local, join, ls_or_empty, read_json_or_none, storage_error, url_of,
                               write_text_atomic)
 
@@ -96,6 +100,101 @@ class Journal:
             self.fs.rm(parts)
         except Exception as exc:  # noqa: BLE001 - one line naming the URL
             raise storage_error(exc, url, "writing", self.fs) from exc
+
+
+class UnitLedger:
+    """The units recorded so far and their journal: progress lines per recorded unit, ledger.json (which shards
+    are committed, their sizes and sha256, the plan's fingerprint and unit files, the attempts per unit)."""
+
+    FLUSH_S = 1.0  # rewrite ledger.json at most this often (always at the end)
+    FLUSH_SHARE = 0.05  # ... and at most this fraction of the run's time (its size grows with the run)
+
+    def __init__(self, fs: Any, root: str, fingerprint: dict[str, str], unit_files: list[str],
+                 previous: list[dict[str, Any]], attempts: Callable[[], dict[int, int]]) -> None:
+        """`unit_files`: each planned unit's first file name, in unit order; `previous`: the committed results of
+        a resumed run; `attempts`: the attempts per unit so far (written into ledger.json)."""
+        self.fs, self.root = fs, root
+        self.fingerprint, self.unit_files, self._attempts = fingerprint, unit_files, attempts
+        self.results: dict[int, UnitResult] = {}
+        for d in previous:
+            r = UnitResult.from_dict(d)
+            self.results[r.shard_index] = r
+        self.resumed = set(self.results)
+        self._last_flush = 0.0
+        self._flush_cost = 0.0  # seconds the last ledger.json rewrite took
+        self._path = join(root, LEDGER_NAME)
+        self.journal = Journal(fs, root, resumed=bool(self.resumed))
+        self.flush(force=True)
+
+    def is_new(self, res: UnitResult) -> bool:
+        """False for a retried unit that had already been recorded with the same bytes (nothing new)."""
+        old = self.results.get(res.shard_index)
+        return not (old is not None and old.sha256 == res.sha256 and old.episodes == res.episodes)
+
+    def record(self, res: UnitResult, started: str | None, completed: str) -> None:
+        """A committed unit: its result kept, its progress lines (one per episode) journaled, ledger.json
+        rewritten when due."""
+        self.results[res.shard_index] = res
+        lines: list[str] = []
+        for ep, steps in res.episodes:
+            rec = {"episode_id": ep, "status": "completed", "started_at": started, "completed_at": completed,
+                   "steps": steps, "shard": res.shard_index}
+            lines.append(json.dumps(rec))
+        for q in res.quarantined:
+            lines.append(json.dumps({"episode_id": q["episode_index"], "status": "failed", "started_at": started,
+                                     "completed_at": completed, "error": q["reason"], "code": q["code"],
+                                     "file": q.get("file"), "shard": None}))
+        self.journal.record(res.shard_index, res.to_dict(), lines)
+        self.flush()
+
+    def ledger(self, complete: bool = False) -> dict[str, Any]:
+        return {"shards": [r.packed() for r in sorted(self.results.values(), key=lambda r: r.shard_index)],
+                "num_shards": len(self.unit_files), "fingerprint": self.fingerprint,
+                "unit_files": self.unit_files,
+                "attempts": {str(k): v for k, v in sorted(self._attempts().items())},
+                "resumed_shards": sorted(self.resumed), "complete": complete}
+
+    def flush(self, force: bool = False, complete: bool = False) -> None:
+        now = time.monotonic()
+        wait = max(self.FLUSH_S, self._flush_cost / self.FLUSH_SHARE)
+        if not force and (not self.journal.appends or now - self._last_flush < wait):
+            return  # object stores: the journal's parts hold the units recorded since (Journal)
+        write_text_atomic(self.fs, self._path, ledger_text(self.ledger(complete)))
+        self._last_flush = time.monotonic()
+        self._flush_cost = self._last_flush - now
+
+    def finish(self) -> dict[str, Any]:
+        """The complete ledger.json written, the journal's parts merged; returns the ledger."""
+        ledger = self.ledger(complete=True)
+        self.flush(force=True, complete=True)
+        self.journal.merge()
+        return ledger
+
+
+def keep_progress_of(fs: Any, root: str, episodes: set[int]) -> int:
+    """On resume: progress.jsonl keeps only the lines of `episodes` (those of the units already committed). A run
+    killed between a unit's progress lines and the next ledger.json rewrite left lines of a unit the resume converts
+    again; without this they would be journaled twice. Streams the file; rewrites it (atomically) only when a line
+    goes. Returns the lines dropped."""
+    path = join(root, PROGRESS_NAME)
+    if not fs.exists(path):
+        return 0
+    kept: list[str] = []
+    dropped = 0
+    with fs.open(path, "rb") as f:
+        for raw in f:
+            line = raw.decode("utf-8").rstrip("\n")
+            try:
+                episode = int(json.loads(line)["episode_id"]) if line.strip() else None
+            except (ValueError, KeyError, TypeError):
+                episode = None  # not ours to judge: kept as it is
+            if episode is not None and episode not in episodes:
+                dropped += 1
+            else:
+                kept.append(line)
+    if dropped:
+        write_text_atomic(fs, path, "".join(f"{x}\n" for x in kept if x.strip()))
+    return dropped
 
 
 def journal_parts(fs: Any, root: str) -> list[str]:

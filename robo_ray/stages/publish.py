@@ -9,7 +9,7 @@ from typing import Any
 
 from robo_ray.readers.base import Inventory
 from robo_ray.stages.timings import StageClock, write_timings
-from robo_ray.stages.validate import ValidationResult
+from robo_ray.stages.validate import STATUS_MARKS, ValidationResult, marked_verdict
 from robo_ray.storage import join, sha256_file, write_bytes_atomic, write_text_atomic
 from robo_ray.writers import Writer
 
@@ -50,7 +50,7 @@ def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksum
     mapping = writer.mapping
     rel = writer.dataset_rel
     where = f"{writer.out_url}/{rel}" if rel else writer.out_url
-    status = "✅ PASSED" if res.passed else "❌ FAILED"
+    status = marked_verdict(res)
     lines = [f"# Conversion Report: {mapping.dataset_name}", "", "## Dataset Information",
              f"- **Source**: {inv.dataset_root}", f"- **Source Version**: {inv.source_format} {inv.source_version}",
              f"- **Target**: {writer.title}", f"- **Output**: {where}",
@@ -62,7 +62,7 @@ def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksum
              f"| Files | {len(checksums)} |", f"| Total Size | {_human(sum(sizes.values()))} |",
              f"| Conversion Time | {_duration(seconds)} |", f"| Mode | {mode} |", "",
              "## Validation", "", f"Status: {status}", ""]
-    lines += [f"- {'✅' if c.passed else '❌'} {c.name}: {c.detail}" for c in res.checks]
+    lines += [f"- {STATUS_MARKS[c.status]} {c.name}: {c.detail}" for c in res.checks]
     if warnings:
         lines += ["", "## Warnings", "", *(f"- ⚠️ {w}" for w in warnings)]
     if quarantined:

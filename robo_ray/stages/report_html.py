@@ -1,12 +1,14 @@
 """report.html beside final_report.md: one self-contained page (no server, no external URL; thumbnails inline as
 JPEG data: URIs, plots as inline SVG polylines) showing the source / target summary, the validation checks, the
 quarantine table, the statistics, and for a few sampled episodes each camera's first / middle / last frame next to
-the source frame with PSNR and the state / action series (robo_ray.stages.report_samples reads them)."""
+the source frame with PSNR and the state / action series, written over source with value and step axes and their
+largest difference (robo_ray.stages.report_samples reads them)."""
 from __future__ import annotations
 
 import base64
 import html
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
@@ -24,15 +26,16 @@ REPORT_NAME = "report.html"
 THUMB_MAX_WIDTH = 256
 JPEG_QUALITY = 85
 MAX_PLOT_POINTS = 2000
-PLOT_W, PLOT_H, PAD = 640, 180, 8
+PLOT_W, PLOT_H, PAD = 640, 200, 8
+PLOT_LEFT, PLOT_BOTTOM = 64, 22  # room for the value ticks (left) and the step ticks (below)
 STAT_COLUMNS = ("mean", "std", "min", "max", "q01", "q99")
 STAT_MARKERS = frozenset({*STAT_COLUMNS, "p01", "p99"})
 VECTOR_SHOWN = 8
 
 CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
 table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;
-vertical-align:top}th{background:#f3f3f3}.ok{color:#070}.bad{color:#b00}figure{display:inline-block;margin:4px 10px
-4px 0}figure img{width:160px;image-rendering:pixelated;border:1px solid #999;margin-right:2px}figcaption{font-size:12px}
+vertical-align:top}th{background:#f3f3f3}.ok{color:#070}.bad{color:#b00}.skip{color:#875c00}
+figure{display:inline-block;margin:4px 10px 4px 0}figure img{width:160px;image-rendering:pixelated;border:1px solid #999;margin-right:2px}figcaption{font-size:12px}
 svg.plot{border:1px solid #ccc;background:#fff;display:block}.legend span{font-size:11px;margin-right:6px}
 code{font-size:12px}.plots{display:flex;flex-wrap:wrap;gap:0 24px}.vec{font-family:monospace;font-size:12px}"""
 
@@ -99,6 +102,36 @@ def img(frame: np.ndarray | None, alt: str) -> str:
 
 
 # ---- plots ----------------------------------------------------------------------------------------------------
+SERIES_STYLE = {  # how the two sides of a plot are drawn: the source wide and light beneath, the written thin and dark
+    "source": {"lightness": 80, "width": 4.5, "legend": "source (wide, light)"},
+    "written": {"lightness": 32, "width": 1.2, "legend": "written (thin, dark)"},
+}
+
+
+@dataclass(frozen=True)
+class PlotFrame:
+    """Where a plot's data goes in its SVG: the plotting box (pixels) and the value range its height spans."""
+
+    lo: float
+    hi: float
+    T: int
+    x0: float = PLOT_LEFT
+    y0: float = PAD
+    x1: float = PLOT_W - PAD
+    y1: float = PLOT_H - PLOT_BOTTOM
+
+    def x(self, steps: np.ndarray) -> np.ndarray:
+        return self.x0 + steps / max(self.T - 1, 1) * (self.x1 - self.x0)
+
+    def y(self, values: np.ndarray) -> np.ndarray:
+        return self.y0 + (self.hi - values) / (self.hi - self.lo) * (self.y1 - self.y0)
+
+    def attrs(self) -> str:
+        """The frame as SVG data- attributes, so a reader of the page can turn points back into values."""
+        return (f'data-y-min="{self.lo!r}" data-y-max="{self.hi!r}" '
+                f'data-box="{self.x0:g},{self.y0:g},{self.x1:g},{self.y1:g}"')
+
+
 def plot_steps(T: int) -> np.ndarray:
     """The steps drawn: every step, or MAX_PLOT_POINTS spread over a longer episode (first and last kept)."""
     if T <= MAX_PLOT_POINTS:
@@ -106,40 +139,84 @@ def plot_steps(T: int) -> np.ndarray:
     return np.unique(np.linspace(0, T - 1, MAX_PLOT_POINTS).round().astype(np.int64))
 
 
-def polyline_points(values: np.ndarray, steps: np.ndarray, lo: float, hi: float, T: int) -> str:
-    x = PAD + steps / max(T - 1, 1) * (PLOT_W - 2 * PAD)
-    v = np.nan_to_num(values[steps], nan=lo, posinf=hi, neginf=lo)
-    y = PAD + (hi - v) / (hi - lo) * (PLOT_H - 2 * PAD)
-    return " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(x, y))
+def value_range(*series: np.ndarray) -> tuple[float, float]:
+    """(lo, hi) of the finite values of every series (widened by 1 around a constant)."""
+    finite = np.concatenate([v[np.isfinite(v)] for v in series])
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    return (lo - 1.0, hi + 1.0) if hi - lo < 1e-12 else (lo, hi)
+
+
+def polyline_points(values: np.ndarray, steps: np.ndarray, frame: PlotFrame) -> str:
+    v = np.nan_to_num(values[steps], nan=frame.lo, posinf=frame.hi, neginf=frame.lo)
+    return " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(frame.x(steps), frame.y(v)))
+
+
+def axes(frame: PlotFrame) -> str:
+    """Grid lines and labelled ticks: the value at the bottom, middle and top, the first / middle / last step."""
+    out = [f'<rect x="{frame.x0:g}" y="{frame.y0:g}" width="{frame.x1 - frame.x0:g}" height="{frame.y1 - frame.y0:g}" '
+           'fill="none" stroke="#bbb"/>']
+    for v in (frame.lo, (frame.lo + frame.hi) / 2, frame.hi):
+        y = float(frame.y(np.float64(v)))
+        out.append(f'<line class="grid" x1="{frame.x0:g}" x2="{frame.x1:g}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+                   f'<text class="tick y" data-value="{v!r}" x="{frame.x0 - 4:g}" y="{y + 4:.1f}" '
+                   f'text-anchor="end" font-size="11">{esc(num(v))}</text>')
+    last = frame.T - 1
+    for step in sorted({0, last // 2, last}):
+        x = float(frame.x(np.float64(step)))
+        anchor = "start" if step == 0 else "end" if step == last else "middle"  # the end ticks stay inside
+        out.append(f'<text class="tick x" data-step="{step}" x="{x:.1f}" y="{PLOT_H - 6:g}" text-anchor="{anchor}" '
+                   f'font-size="11">{step}</text>')
+    return "".join(out)
+
+
+def difference(written: np.ndarray, source: np.ndarray | None) -> str:
+    """The largest |written - source| of a plot, in words (NaN on both sides counts as equal)."""
+    if source is None:
+        return "source not available: written values only"
+    if source.shape != written.shape:
+        return f"source shape {source.shape} differs from the written {written.shape}"
+    w_nan, s_nan = np.isnan(written), np.isnan(source)
+    delta = np.where(w_nan & s_nan, 0.0, np.where(w_nan | s_nan, np.inf, np.abs(written - source)))
+    worst = float(delta.max()) if delta.size else 0.0
+    return "written = source at every step" if worst == 0 else f"max |written - source| {num(worst)}"
+
+
+def dim_lines(side: str, values: np.ndarray, steps: np.ndarray, frame: PlotFrame, label: str) -> list[str]:
+    style = SERIES_STYLE[side]
+    return [f'<polyline class="dim {side}" data-series="{side}" data-dim="{d}" data-points="{len(steps)}" '
+            f'fill="none" stroke="hsl({(d * 137.5) % 360:.0f},70%,{style["lightness"]}%)" '
+            f'stroke-width="{style["width"]}" stroke-linejoin="round" '
+            f'points="{polyline_points(values[:, d], steps, frame)}"><title>{esc(label)}[{d}] {side}</title>'
+            "</polyline>" for d in range(values.shape[1])]
 
 
 def svg_plot(label: str, values: np.ndarray, episode: EpisodeSample) -> str:
-    """One inline SVG: each dimension of a (T, D) series as a polyline over the steps."""
+    """One inline SVG with axes: each dimension of a (T, D) series as a polyline over the steps, the written values
+    drawn over the source's (when the source is paired and has the same shape), and their largest difference."""
     T, D = values.shape
-    finite = values[np.isfinite(values)]
-    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    if hi - lo < 1e-12:
-        lo, hi = lo - 1.0, hi + 1.0
-    steps = plot_steps(T)
-    lines = []
-    for d in range(D):
-        hue = (d * 137.5) % 360
-        lines.append(f'<polyline class="dim" data-dim="{d}" data-points="{len(steps)}" fill="none" '
-                     f'stroke="hsl({hue:.0f},70%,42%)" stroke-width="1.2" '
-                     f'points="{polyline_points(values[:, d], steps, lo, hi, T)}"><title>{esc(label)}[{d}]</title>'
-                     "</polyline>")
-    legend = "".join(f'<span style="color:hsl({(d * 137.5) % 360:.0f},70%,42%)">■{d}</span>' for d in range(D))
+    source = episode.source_series.get(label)
+    drawn_source = source if source is not None and source.shape == values.shape else None
+    lo, hi = value_range(values, *(() if drawn_source is None else (drawn_source,)))
+    frame, steps = PlotFrame(lo, hi, T), plot_steps(T)
+    lines = [] if drawn_source is None else dim_lines("source", drawn_source, steps, frame, label)
+    lines += dim_lines("written", values, steps, frame, label)
+    sides = ("source", "written") if drawn_source is not None else ("written",)
+    legend = "".join(f'<span data-series="{side}"><b style="color:hsl(0,0%,{SERIES_STYLE[side]["lightness"]}%)">'
+                     f'▬</b> {SERIES_STYLE[side]["legend"]}</span>' for side in sides)
+    legend += "".join(f'<span style="color:hsl({(d * 137.5) % 360:.0f},70%,42%)">■{d}</span>' for d in range(D))
     return (f'<div class="plotbox"><h4>{esc(label)} '
-            f"<small>({T} steps, {D} dims, range {num(lo)} .. {num(hi)})</small></h4>"
-            f'<svg class="plot" width="{PLOT_W}" height="{PLOT_H}" '
-            f'viewBox="0 0 {PLOT_W} {PLOT_H}" data-episode="{episode.written_index}" data-feature="{esc(label)}" '
-            f'data-length="{T}" data-dims="{D}">{"".join(lines)}</svg><div class="legend">{legend}</div></div>')
+            f"<small>({T} steps, {D} dims; {esc(difference(values, source))})</small></h4>"
+            f'<svg class="plot" width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}" '
+            f'data-episode="{episode.written_index}" data-feature="{esc(label)}" data-length="{T}" data-dims="{D}" '
+            f'data-series="{" ".join(sides)}" {frame.attrs()}>{axes(frame)}{"".join(lines)}</svg>'
+            f'<div class="legend">{legend}</div></div>')
 
 
 # ---- sections -------------------------------------------------------------------------------------------------
 def summary_section(writer: Writer, inv: Inventory, res: ValidationResult, quarantined: list[dict[str, Any]]) -> str:
     where = f"{writer.out_url}/{writer.dataset_rel}" if writer.dataset_rel else writer.out_url
-    status = '<b class="ok">PASSED</b>' if res.passed else '<b class="bad">FAILED</b>'
+    status = (f'<b class="{"ok" if res.passed else "bad"}">{"PASSED" if res.passed else "FAILED"}</b> '
+              f'<span id="check-counts">({esc(res.tally())})</span>')
     rows = [("Source", esc(inv.dataset_root), "Target", esc(where)),
             ("Source format", esc(f"{inv.source_format} {inv.source_version}"), "Target format", esc(writer.title)),
             ("Episodes (source)", str(inv.episodes_count), "Episodes (written)", str(res.episodes_written)),
@@ -149,10 +226,16 @@ def summary_section(writer: Writer, inv: Inventory, res: ValidationResult, quara
     return "<h2>Source and target</h2>" + table(("", "source", "", "target"), rows, "summary")
 
 
+CHECK_CELLS = {"passed": ("ok", "✔ passed"), "failed": ("bad", "✘ failed"), "skipped": ("skip", "– skipped")}
+
+
 def checks_section(res: ValidationResult) -> str:
-    rows = [(f'<span class="{"ok" if c.passed else "bad"}">{"✔" if c.passed else "✘"}</span>', esc(c.name),
-             esc(c.detail)) for c in res.checks]
-    return "<h2>Validation checks</h2>" + table(("", "check", "detail"), rows, "checks")
+    """Every check with its outcome (passed / failed / skipped) and its detail (for a skipped one: why)."""
+    rows = []
+    for c in res.checks:
+        cls, mark = CHECK_CELLS[c.status]
+        rows.append((f'<span class="{cls}" data-status="{c.status}">{mark}</span>', esc(c.name), esc(c.detail)))
+    return "<h2>Validation checks</h2>" + table(("outcome", "check", "detail"), rows, "checks")
 
 
 def quarantine_section(quarantined: list[dict[str, Any]]) -> str:

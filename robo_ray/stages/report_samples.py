@@ -1,6 +1,6 @@
 """What report.html shows of the data: a few written episodes read back through the writer's paired reader, next to
 their source episodes read through the run's reader (frames at first / middle / last step with PSNR, the state and
-action series). Only the sampled episodes are loaded; the paired reader's discover is metadata only."""
+action series of both sides). Only the sampled episodes are loaded; the paired reader's discover is metadata only."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -50,7 +50,8 @@ class EpisodeSample:
     written_index: int
     length: int
     frames: dict[str, list[FramePair]] = field(default_factory=dict)
-    series: dict[str, np.ndarray] = field(default_factory=dict)  # "role: name" -> (T, D)
+    series: dict[str, np.ndarray] = field(default_factory=dict)  # "role: name" -> (T, D), as written
+    source_series: dict[str, np.ndarray] = field(default_factory=dict)  # the same labels, from the source episode
     errors: list[str] = field(default_factory=list)
 
 
@@ -88,6 +89,37 @@ def series_keys(written: dict[str, FeatureSpec]) -> list[tuple[str, str]]:
             if f.role == role and f.kind == "tensor"]
 
 
+@dataclass(frozen=True)
+class Series:
+    """A written state / action feature as the report plots it: its label, its key read back, and the source
+    column it was written from with the mapping's dtype (None when the mapping does not name one)."""
+
+    label: str  # "role: name"
+    written_key: str
+    source_key: str | None = None
+    dtype: str = "float32"
+
+
+def series(writer: Writer, written: dict[str, FeatureSpec]) -> list[Series]:
+    """The written state and action features (state first), each paired with its mapping's source column by the
+    name the paired reader gives the mapping's target."""
+    names = writer.read_back_names()
+    by_name = {names.get(fm.target, fm.target): fm for fm in writer.mapping.steps if fm.kind == "tensor"}
+    out: list[Series] = []
+    for label, key in series_keys(written):
+        fm = by_name.get(written[key].name or key)
+        out.append(Series(label, key, fm.source if fm else None, fm.dtype if fm else "float32"))
+    return out
+
+
+def source_values(ep: Episode, s: Series, length: int) -> np.ndarray:
+    """The source column of `s` as (T, D) float64, cast to the mapping's dtype first (the values the writer
+    wrote, as Validate compares them)."""
+    assert s.source_key is not None
+    values = np.asarray(ep.columns[s.source_key]).astype(s.dtype).astype(np.float64)
+    return values.reshape(length, -1)
+
+
 def _frames(reader: Reader, ep: Episode, key: str, steps: list[int]) -> list[np.ndarray] | None:
     try:
         return source_frames(reader, ep, key, steps)
@@ -109,7 +141,7 @@ def frame_pairs(written: list[np.ndarray] | None, source: list[np.ndarray] | Non
     return out
 
 
-def sample_episode(cams: list[Camera], series: list[tuple[str, str]], written_reader: Reader, wref: EpisodeRef,
+def sample_episode(cams: list[Camera], plotted: list[Series], written_reader: Reader, wref: EpisodeRef,
                    source_reader: Reader | None, sref: EpisodeRef | None) -> EpisodeSample:
     """Load one written episode (and its source) and keep what the report shows."""
     wep = written_reader.load_episode(wref)
@@ -124,9 +156,15 @@ def sample_episode(cams: list[Camera], series: list[tuple[str, str]], written_re
     for cam in cams:
         src = _frames(source_reader, sep, cam.source_key, steps) if sep is not None and cam.source_key else None
         out.frames[cam.label] = frame_pairs(_frames(written_reader, wep, cam.written_key, steps), src, steps)
-    for label, key in series:
-        if key in wep.columns:
-            out.series[label] = np.asarray(wep.columns[key], dtype=np.float64).reshape(wep.length, -1)
+    for s in plotted:
+        if s.written_key in wep.columns:
+            out.series[s.label] = np.asarray(wep.columns[s.written_key], dtype=np.float64).reshape(wep.length, -1)
+        if sep is None or s.source_key is None:
+            continue
+        try:
+            out.source_series[s.label] = source_values(sep, s, wep.length)
+        except Exception as exc:  # noqa: BLE001 - shown in the report: the plot then has the written side only
+            out.errors.append(f"{s.label}: source column {s.source_key} not plotted: {type(exc).__name__}: {exc}")
     return out
 
 
@@ -166,14 +204,14 @@ def collect(writer: Writer, inv: Inventory, reader: Reader | None, quarantined: 
     back = open_reader(url, writer.paired_reader, writer.storage_options)
     try:
         written, positions = back.discover_spread(k)  # only the sampled episodes' files are read
-        cams, series = cameras(writer, written.features), series_keys(written.features)
+        cams, plotted = cameras(writer, written.features), series(writer, written.features)
         srefs, note = pair_refs(inv, written.refs, positions, written.episodes_count, quarantined)
         if reader is None:
             note = note or "the source is not available"
         out = Samples(cams, note=note)
         for wref, sref in zip(written.refs, srefs):
             try:
-                out.episodes.append(sample_episode(cams, series, back, wref, reader, sref))
+                out.episodes.append(sample_episode(cams, plotted, back, wref, reader, sref))
             except Exception as exc:  # noqa: BLE001 - one unreadable episode is shown as such, the page goes on
                 out.episodes.append(EpisodeSample(sref.episode_index if sref else None, wref.episode_index,
                                                   wref.length, errors=[f"not readable back: {exc}"]))

@@ -19,7 +19,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Sequence, TypeVar
 
 import numpy as np
 
@@ -32,11 +32,26 @@ from robo_ray.storage import join, write_text_atomic
 from robo_ray.writers import UnitResult, VerifyContext, Writer
 
 
+CheckStatus = Literal["passed", "failed", "skipped"]
+CHECK_STATUSES: tuple[CheckStatus, ...] = ("passed", "failed", "skipped")
+
+
 @dataclass
 class Check:
+    """One validation check and its outcome: passed, failed, or skipped (not run; `detail` says why). A skipped
+    check never counts as passed, and does not fail the validation either."""
+
     name: str
-    passed: bool
-    detail: str = ""
+    status: CheckStatus
+    detail: str = ""  # what was checked, what differs, or why the check did not run
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
 
 
 @dataclass
@@ -167,12 +182,31 @@ class ValidationResult:
 
     @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
+        """No check failed (skipped checks do not fail the validation; they are not counted as passed either)."""
+        return not any(c.failed for c in self.checks)
 
     def add(self, name: str, passed: bool, detail: str = "") -> None:
-        self.checks.append(Check(name, passed, detail))
+        """A check that ran: passed or failed."""
+        self.checks.append(Check(name, "passed" if passed else "failed", detail))
         if not passed:
             self.problems.append(f"{name}: {detail}")
+
+    def skip(self, name: str, reason: str) -> None:
+        """A check that did not run, and why (e.g. its loader is not installed)."""
+        self.checks.append(Check(name, "skipped", reason))
+
+    def counts(self) -> dict[str, int]:
+        """{"passed": n, "failed": n, "skipped": n} over the checks."""
+        return {s: sum(1 for c in self.checks if c.status == s) for s in CHECK_STATUSES}
+
+    def tally(self) -> str:
+        """The checks per outcome, for people: "12 passed, 0 failed, 1 skipped"."""
+        n = self.counts()
+        return f"{n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped"
+
+    def verdict(self) -> str:
+        """PASSED / FAILED and the checks per outcome."""
+        return f"{'PASSED' if self.passed else 'FAILED'} ({self.tally()})"
 
     def set_statistics(self, stats: "StatsAccumulator") -> None:
         self.stats, self.statistics = stats, stats.summary()
@@ -475,23 +509,34 @@ def _resize_like(src: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return arr if arr.ndim == 3 else arr[:, :, None]
 
 
+STATUS_MARKS: dict[str, str] = {"passed": "✅", "failed": "❌", "skipped": "⏭️ skipped"}  # in the Markdown reports
+
+
+def marked_verdict(res: ValidationResult) -> str:
+    """The verdict with its mark, for the Markdown reports."""
+    return f"{'✅' if res.passed else '❌'} {res.verdict()}"
+
+
 def validation_markdown(res: ValidationResult, name: str, seconds: float) -> str:
-    status = "✅ PASSED" if res.passed else "❌ FAILED"
+    status = marked_verdict(res)
     lines = [f"# Validation Report: {name}", "", "## Summary", f"- **Status**: {status}",
              f"- **Validated at**: {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}",
              f"- **Duration**: {seconds:.1f}s", f"- **Episodes written**: {res.episodes_written}",
              f"- **Steps written**: {res.steps_written}", "", "## Checks", "", "| Check | Result | Detail |",
              "|---|---|---|"]
-    lines += [f"| {c.name} | {'✅' if c.passed else '❌'} | {c.detail} |" for c in res.checks]
+    lines += [f"| {c.name} | {STATUS_MARKS[c.status]} | {c.detail} |" for c in res.checks]
     if res.problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in res.problems[:200]]
     return "\n".join(lines) + "\n"
 
 
 def diff_summary_fields(res: ValidationResult) -> dict[str, Any]:
-    """diff_summary.json without its per-episode steps."""
-    return {"passed": res.passed, "episodes_written": res.episodes_written, "steps_written": res.steps_written,
-            "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in res.checks],
+    """diff_summary.json without its per-episode steps. `passed`: no check failed; per check `status` (passed /
+    failed / skipped, `detail` saying why a check was skipped) and `passed` (false for a skipped check)."""
+    return {"passed": res.passed, "counts": res.counts(), "episodes_written": res.episodes_written,
+            "steps_written": res.steps_written,
+            "checks": [{"name": c.name, "status": c.status, "passed": c.passed, "detail": c.detail}
+                       for c in res.checks],
             "psnr_db": {"count": len(res.psnr), "mean": float(np.mean(res.psnr)) if res.psnr else None,
                         "min": float(min(res.psnr)) if res.psnr else None},
             "shard_sha256": res.shard_sha256, "problems": res.problems[:1000]}

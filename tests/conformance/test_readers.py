@@ -20,19 +20,16 @@ from robo_ray.errors import (DataCorrupt, EpisodeDataOutside, EpisodeError, Epis
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import detect_format, open_reader
 from robo_ray.stages.pipeline import run_pipeline
-from tests.conftest import shared_dir
-from tests.fixtures import minari_gen, ortf_gen
+from tests.conftest import require_shared
+from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
-SAMPLES = shared_dir() / "samples"
 Maker = Callable[[Path], Path]
 
 
 def _sample(rel: str) -> Maker:
     def make(tmp: Path) -> Path:
-        if not (SAMPLES / rel).exists():
-            pytest.skip(f"shared sample {SAMPLES / rel} is missing (set ROBO_RAY_SHARED)")
-        return SAMPLES / rel
+        return require_shared(f"samples/{rel}")
     return make
 
 
@@ -71,6 +68,12 @@ CASES: dict[str, tuple[str, Maker]] = {
     "minari-gen-legacy-v04": ("minari", lambda tmp: minari_gen.write_legacy_v04(tmp)),
     "ortf-gen-native": ("ortf", lambda tmp: ortf_gen.write_ortf_native(tmp / "ortf")),
     "ortf-gen-from-lerobot": ("ortf", _ortf_from_lerobot),
+    "robomimic-gen-image": ("robomimic", lambda tmp: robomimic_gen.write_robomimic(tmp / "lift" / "image.hdf5").parent),
+    "robomimic-gen-libero-suite": ("robomimic", lambda tmp: robomimic_gen.write_libero_suite(tmp / "libero_10")),
+    "robomimic-gen-isaaclab": ("robomimic", lambda tmp: robomimic_gen.write_isaaclab(tmp / "isaac" / "ds.hdf5")),
+    "aloha-gen-jpeg": ("aloha", lambda tmp: aloha_gen.write_dataset(tmp / "aloha_task")),
+    "aloha-gen-sim-raw": ("aloha", lambda tmp: aloha_gen.write_dataset(tmp / "sim_task", compress=False, sim=True,
+                                                                       cameras=("top", "angle"))),
 }
 
 
@@ -189,6 +192,41 @@ def _obs_rows(f: h5py.File) -> None:
     f["episode_1"].create_dataset("observations", data=data[:-5])
 
 
+def _robomimic(fn: Callable[[h5py.File], None]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        with h5py.File(root / "image.hdf5", "a") as f:
+            fn(f)
+    return edit
+
+
+def _relink(group: h5py.Group, name: str, link: Any) -> None:
+    del group[name]
+    group[name] = link
+
+
+def _replace(group: h5py.Group, name: str, kwargs: dict[str, Any]) -> None:
+    del group[name]
+    group.create_dataset(name, **kwargs)
+
+
+def _aloha(rel: str, fn: Callable[[h5py.File], None]) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        with h5py.File(root / rel, "a") as f:
+            fn(f)
+    return edit
+
+
+def _jpeg_length_past_row(f: h5py.File) -> None:
+    f["compress_len"][0, 3] = f["observations/images/cam_high"].shape[1] + 100
+
+
+def _truncate(rel: str, keep: float) -> Callable[[Path], None]:
+    def edit(root: Path) -> None:
+        p = root / rel
+        p.write_bytes(p.read_bytes()[:int(p.stat().st_size * keep)])
+    return edit
+
+
 def _ortf_edit_parquet(rel: str, fn: Callable[[Any], Any]) -> Callable[[Path], None]:
     import pyarrow.parquet as pq
 
@@ -239,6 +277,24 @@ BAD: dict[str, tuple[str, Callable[[Path], None], str, type[RoboRayError]]] = {
     "minari-virtual-dataset": ("minari-sample-pendulum", _h5(_virtual), "load", EpisodeDataOutside),
     "minari-huge-dataset": ("minari-sample-pendulum", _h5(_huge), "load", EpisodeTooLarge),
     "minari-observation-rows": ("minari-sample-pendulum", _h5(_obs_rows), "load", DataCorrupt),
+    "robomimic-truncated": ("robomimic-gen-image", _truncate("image.hdf5", 0.6), "open", SourceFormatError),
+    "robomimic-soft-link-in-demo": ("robomimic-gen-image", _robomimic(lambda f: _relink(
+        f["data/demo_2/obs"], "object", h5py.SoftLink("/data/demo_0/obs/object"))), "load", EpisodeDataOutside),
+    "robomimic-external-link": ("robomimic-gen-image", _robomimic(lambda f: f.__setitem__(
+        "extra", h5py.ExternalLink("other.h5", "/x"))), "open", UnsafeInput),
+    "robomimic-huge-dataset": ("robomimic-gen-image", _robomimic(lambda f: _replace(
+        f["data/demo_1"], "states", dict(shape=(12, 70000), dtype="uint8", chunks=(1, 1000)))), "load",
+        EpisodeTooLarge),
+    "robomimic-rows-off": ("robomimic-gen-image", _robomimic(lambda f: _replace(
+        f["data/demo_3/obs"], "object", dict(data=np.zeros((3, 10))))), "load", DataCorrupt),
+    "aloha-truncated-episode": ("aloha-gen-jpeg", _truncate("episode_2.hdf5", 0.6), "load", DataCorrupt),
+    "aloha-jpeg-length-beyond-row": ("aloha-gen-jpeg", _aloha("episode_1.hdf5", _jpeg_length_past_row), "load",
+                                     DataCorrupt),
+    "aloha-soft-link": ("aloha-gen-jpeg", _aloha("episode_3.hdf5", lambda f: _relink(
+        f["observations"], "qvel", h5py.SoftLink("/observations/qpos"))), "load", EpisodeDataOutside),
+    "aloha-huge-camera": ("aloha-gen-sim-raw", _aloha("episode_2.hdf5", lambda f: _replace(
+        f["observations/images"], "top", dict(shape=(10, 60000, 60000, 3), dtype="uint8", chunks=(1, 8, 8, 3)))),
+        "load", EpisodeTooLarge),
     "ortf-unknown-version": ("ortf-gen-native", _edit_json("meta/manifest.json", lambda d: {
         **d, "ortf_version": "1.0"}), "open", UnknownFormat),
     "ortf-no-episodes-index": ("ortf-gen-native", _unlink("meta/episodes.parquet"), "open", SourceFormatError),

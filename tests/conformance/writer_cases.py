@@ -32,7 +32,10 @@ from robo_ray.images import decode_image
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import REGISTRY as READERS, open_reader
 from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
-from robo_ray.stages.pipeline import InProcessExecutor, JobSpec, make_writer, resolve_mapping, run_pipeline
+from robo_ray.executors.base import JobSpec
+from robo_ray.executors.in_process import InProcessExecutor
+from robo_ray.stages.pipeline import run_pipeline
+from robo_ray.stages.target_setup import make_writer, resolve_mapping
 from robo_ray.stages.plan import Unit
 from robo_ray.stages.spec import load_mapping
 from robo_ray.storage import join, sha256_file

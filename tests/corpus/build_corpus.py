@@ -52,7 +52,7 @@ class Case:
     """One broken dataset and what `robo-ray run` must make of it."""
 
     name: str
-    base: str  # "v2.1" | "v3.0" | "minari": the valid fixture the case starts from
+    base: str  # "v2.1" | "v3.0" | "minari" | "robomimic" | "aloha": the valid fixture the case starts from
     what: str  # what is broken, in words
     outcome: str  # "quarantine" | "refuse" | "ok"
     code: str  # the stable code on stderr (EPxxx for quarantines, RRxxx for refusals); "" for "ok"
@@ -80,6 +80,7 @@ V3_VIDEO = f"videos/{CAMERA}/chunk-000/file-000.mp4"
 V3_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 MINARI_FILE = "data/main_data.hdf5"
 MINARI_ID = "test/box-hdf5-v0"
+ROBOMIMIC_FILE = "demo.hdf5"
 
 
 def edit_json(path: Path, fn: Callable[[Any], Any]) -> None:
@@ -364,6 +365,44 @@ def _minari_oversized(root: Path, outside: Path) -> None:
         f["episode_3/infos"].create_dataset("extra", shape=(rows, 70000), dtype="f8", chunks=(1, 1000))
 
 
+def _robomimic_soft_link(root: Path, outside: Path) -> None:
+    import h5py
+
+    with h5py.File(root / ROBOMIMIC_FILE, "r+") as f:
+        del f["data/demo_2/obs/object"]
+        f["data/demo_2/obs/object"] = h5py.SoftLink("/data/demo_0/obs/object")
+
+
+def _robomimic_external_link(root: Path, outside: Path) -> None:
+    import h5py
+
+    with h5py.File(root / ROBOMIMIC_FILE, "r+") as f:
+        del f["data/demo_1/obs/object"]
+        f["data/demo_1/obs/object"] = h5py.ExternalLink(str(outside / "bait.hdf5"), "/observations")
+
+
+def _cut(rel: str) -> Callable[[Path, Path], None]:
+    def cut(root: Path, outside: Path) -> None:
+        truncate(root / rel, int((root / rel).stat().st_size * 0.6))
+    return cut
+
+
+def _aloha_jpeg_length(root: Path, outside: Path) -> None:
+    import h5py
+
+    with h5py.File(root / "episode_1.hdf5", "r+") as f:
+        width = f["observations/images/cam_high"].shape[1]
+        f["compress_len"][0, 3] = width + 100  # the length runs past the end of its row
+
+
+def _aloha_external_link(root: Path, outside: Path) -> None:
+    import h5py
+
+    with h5py.File(root / "episode_3.hdf5", "r+") as f:
+        del f["observations/qvel"]
+        f["observations/qvel"] = h5py.ExternalLink(str(outside / "bait.hdf5"), "/observations")
+
+
 # ---- the table ------------------------------------------------------------------------------------------------
 def _q(name: str, base: str, what: str, code: str, episodes: tuple[int, ...], names: tuple[str, ...],
        exit_code: int = 3, args: tuple[str, ...] = FAST) -> Case:
@@ -438,6 +477,18 @@ CASES: list[Case] = [
        (MINARI_FILE, "actions")),
     _q("minari_oversized_dataset", "minari", "episode_3 has a dataset of 70000 values a step (limit 65536 a dim)",
        "EP206", (3,), (MINARI_FILE, "/episode_3/infos/extra")),
+    _q("robomimic_soft_link_in_demo", "robomimic", "demo_2's obs/object is a soft link to demo_0's", "EP207", (2,),
+       (ROBOMIMIC_FILE, "demo_2", "soft link")),
+    _q("robomimic_external_link_in_demo", "robomimic", "demo_1's obs/object is an external link to a file outside",
+       "EP207", (1,), (ROBOMIMIC_FILE, "demo_1", "external link")),
+    _r("robomimic_truncated", "robomimic", "the robomimic file cut to 60% of its bytes", "RR300",
+       (ROBOMIMIC_FILE, "not a readable HDF5 file")),
+    _q("aloha_truncated_episode", "aloha", "episode_2.hdf5 cut to 60% of its bytes", "EP202", (2,),
+       ("episode_2.hdf5", "not a readable HDF5 file")),
+    _q("aloha_jpeg_length_beyond_row", "aloha", "episode_1's compress_len[0, 3] runs past its JPEG row", "EP202",
+       (1,), ("episode_1.hdf5", "compress_len")),
+    _q("aloha_external_link", "aloha", "episode_3's /observations/qvel is an external link to a file outside",
+       "EP207", (3,), ("episode_3.hdf5", "external link")),
 ]
 
 MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
@@ -475,6 +526,12 @@ MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
     "minari_observations_off_by_one": _minari_obs_off_by_one,
     "minari_actions_off_by_one": _minari_actions_off_by_one,
     "minari_oversized_dataset": _minari_oversized,
+    "robomimic_soft_link_in_demo": _robomimic_soft_link,
+    "robomimic_external_link_in_demo": _robomimic_external_link,
+    "robomimic_truncated": _cut(ROBOMIMIC_FILE),
+    "aloha_truncated_episode": _cut("episode_2.hdf5"),
+    "aloha_jpeg_length_beyond_row": _aloha_jpeg_length,
+    "aloha_external_link": _aloha_external_link,
 }
 CASES_BY_NAME = {c.name: c for c in CASES}
 assert set(MUTATIONS) == set(CASES_BY_NAME), "every case needs a mutation"
@@ -483,7 +540,8 @@ assert set(MUTATIONS) == set(CASES_BY_NAME), "every case needs a mutation"
 # ---- building -------------------------------------------------------------------------------------------------
 def bases_in(base_dir: Path) -> dict[str, Path]:
     """The valid fixtures the cases start from, by `Case.base`."""
-    return {"v2.1": base_dir / "v2.1", "v3.0": base_dir / "v3.0", "minari": base_dir / "minari" / MINARI_ID}
+    return {"v2.1": base_dir / "v2.1", "v3.0": base_dir / "v3.0", "minari": base_dir / "minari" / MINARI_ID,
+            "robomimic": base_dir / "robomimic", "aloha": base_dir / "aloha"}
 
 
 def _build_bases(base_dir: Path) -> dict[str, Path]:
@@ -491,7 +549,12 @@ def _build_bases(base_dir: Path) -> dict[str, Path]:
     spec = dict(episode_lengths=list(LENGTHS), fps=FPS, cameras=[CameraSpec(key=CAMERA)])
     for v in ("v2.1", "v3.0"):
         write_lerobot_dataset(bases[v], DatasetSpec(version=v, **spec))
+    from tests.fixtures.aloha_gen import write_dataset
     from tests.fixtures.minari_gen import make_dataset
+    from tests.fixtures.robomimic_gen import write_robomimic
+
+    write_robomimic(bases["robomimic"] / ROBOMIMIC_FILE, tuple(LENGTHS), (48, 64), masks=False)
+    write_dataset(bases["aloha"], tuple(LENGTHS))
 
     old = os.environ.get("MINARI_DATASETS_PATH")
     try:

@@ -172,7 +172,6 @@ def _bridge_like_episode(orig: Callable[..., dict[str, Any]]) -> Callable[..., d
 @pytest.fixture(scope="module")
 def bridge_like(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """variant -> version folder, written by tfds itself (rlds_gen's builder)."""
-    pytest.importorskip("tensorflow_datasets")
     data_dir = tmp_path_factory.mktemp("bridge_like")
     with pytest.MonkeyPatch.context() as mp:
         for variant in BRIDGE_LIKE:

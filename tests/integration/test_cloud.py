@@ -28,7 +28,8 @@ import pytest
 
 from robo_ray.config import load_config
 from robo_ray.stages.journal import read_ledger
-from robo_ray.stages.pipeline import InProcessExecutor, run_pipeline
+from robo_ray.executors.in_process import InProcessExecutor
+from robo_ray.stages.pipeline import run_pipeline
 from tests.conftest import REPO, load_rlds, run_cli, sigkill_when
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 from tests.fixtures.servers import FaultRule, free_port, gcs_server, s3_server  # noqa: F401 - fixtures
@@ -329,10 +330,86 @@ def test_conditional_create_lets_one_of_two_concurrent_writers_win(s3_server, tm
         assert json.loads(fs.cat_file(path)) == {"run": winner}
 
 
+def test_gcs_emulator_ignores_if_generation_match(gcs_server, monkeypatch):  # noqa: F811
+    """Evidence, kept as a canary: gcp-storage-emulator overwrites an object on an upload with ifGenerationMatch=0
+    (real GCS answers 412), so the race below needs tests/fixtures/gcs_preconditions.py. When this fails, the
+    emulator honours the precondition: race the publishers against it directly and drop the proxy."""
+    from robo_ray.storage import create_exclusive, url_to_fs
+
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    gcs_server.make_bucket(OUT_BUCKET)
+    fs, root = url_to_fs(f"gs://{OUT_BUCKET}/canary-{uuid.uuid4().hex[:6]}", gcs_server.storage_options())
+    create_exclusive(fs, f"{root}/commit.json", b"first")
+    create_exclusive(fs, f"{root}/commit.json", b"second")  # GCS itself would raise FileExistsError here
+    assert fs.cat_file(f"{root}/commit.json") == b"second"
+
+
+def _race(publish, n: int = 2) -> tuple[list[int], dict[int, BaseException]]:
+    """`publish(i)` in n threads released together: (winners, {loser: its exception})."""
+    barrier, won, lost = threading.Barrier(n), [], {}
+
+    def one(i: int) -> None:
+        barrier.wait()
+        try:
+            publish(i)
+            won.append(i)
+        except Exception as exc:  # noqa: BLE001 - recorded, asserted by the caller
+            lost[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return won, lost
+
+
+@pytest.mark.parametrize("via", ["create_exclusive", "publisher"])
+def test_gcs_commit_marker_race_one_publisher_wins(gcs_server, monkeypatch, via):  # noqa: F811
+    """Two publishers race for one gs:// commit.json (ifGenerationMatch=0, enforced by the precondition proxy in
+    front of the emulator): exactly one wins, the other gets the stable conflict (FileExistsError from
+    create_exclusive; OutputConflict RR402 naming the winner from the Publisher), the object holds the winner's
+    bytes, and every upload of the marker asked for the precondition."""
+    from robo_ray.errors import OutputConflict
+    from robo_ray.stages.destination import publish_commit_marker
+    from robo_ray.storage import create_exclusive, url_to_fs
+    from tests.fixtures.gcs_preconditions import GcsPreconditionProxy
+
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    gcs_server.make_bucket(OUT_BUCKET)
+    direct = gcs_server.fs()
+    with GcsPreconditionProxy(gcs_server.endpoint) as proxy:
+        for round_ in range(3):
+            url = f"gs://{OUT_BUCKET}/race-{uuid.uuid4().hex[:6]}"
+            fs, root = url_to_fs(url, {**gcs_server.storage_options(), "endpoint_url": proxy.endpoint})
+            path = f"{root}/commit.json"
+
+            def publish(i: int) -> None:
+                if via == "create_exclusive":
+                    create_exclusive(fs, path, json.dumps({"run_id": f"run-{i}"}).encode())
+                else:
+                    publish_commit_marker(fs, root, url, {"run_id": f"run-{i}"})  # what Publisher.finish calls
+
+            won, lost = _race(publish)
+            assert len(won) == 1 and len(lost) == 1, f"round {round_}: won {won}, lost {lost}"
+            (loser, exc), = lost.items()
+            if via == "create_exclusive":
+                assert isinstance(exc, FileExistsError), repr(exc)
+            else:
+                assert isinstance(exc, OutputConflict) and exc.code == "RR402", repr(exc)
+                assert f"published by another run (run-{won[0]})" in str(exc), str(exc)
+            assert json.loads(direct.cat_file(path))["run_id"] == f"run-{won[0]}"  # the winner's bytes, as stored
+            marker_uploads = [q for name, q in proxy.uploads if name == path.split("/", 1)[1]]
+            assert len(marker_uploads) == 2 and all(q.get("ifGenerationMatch") == ["0"] for q in marker_uploads), \
+                marker_uploads
+            proxy.uploads.clear()
+
+
 def test_commit_marker_refuses_a_second_publisher(s3_server, sources, monkeypatch):  # noqa: F811
     """Two runs raced on one S3 destination and the other one committed first: this run must not publish."""
     from robo_ray.errors import OutputConflict
-    from robo_ray.stages import pipeline
+    from robo_ray.stages.destination import COMMIT_MARKER
+    from robo_ray.stages.publisher import Publisher
     from robo_ray.storage import create_exclusive, join
 
     prefix = f"{OUT_BUCKET}/race-{uuid.uuid4().hex[:6]}"
@@ -353,13 +430,13 @@ def test_commit_marker_refuses_a_second_publisher(s3_server, sources, monkeypatc
     assert json.loads(fs.cat_file(f"{prefix}/ledger.json"))["resumed_shards"] == [0, 1, 2, 3]
     assert json.loads(fs.cat_file(f"{prefix}/commit.json"))["run_id"] != marker["run_id"]  # published again
 
-    original = pipeline.Publisher._publish_commit_marker
+    original = Publisher._publish_commit_marker
 
     def other_run_commits_first(self, outcome, results):
-        create_exclusive(self.fs, join(self.root, pipeline.COMMIT_MARKER), b'{"run_id": "the-other-run"}')
+        create_exclusive(self.fs, join(self.root, COMMIT_MARKER), b'{"run_id": "the-other-run"}')
         return original(self, outcome, results)
 
-    monkeypatch.setattr(pipeline.Publisher, "_publish_commit_marker", other_run_commits_first)
+    monkeypatch.setattr(Publisher, "_publish_commit_marker", other_run_commits_first)
     with pytest.raises(OutputConflict, match="the-other-run"):
         run_pipeline(cfg, overwrite=True, executor=InProcessExecutor())
     assert json.loads(fs.cat_file(f"{prefix}/commit.json")) == {"run_id": "the-other-run"}

@@ -270,7 +270,6 @@ def test_validate_fails_on_tampered_data_parquet(converted, tmp_path):
 
 # ---- 4. RLDS with a nested action dict -----------------------------------------------------------------------------
 def test_rlds_nested_action_is_concatenated(tmp_path):
-    pytest.importorskip("tensorflow_datasets")
     from robo_ray.stages.spec import load_mapping
     from tests.fixtures.rlds_gen import write_rlds_dataset
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.compat.venvs import clean_env
-from tests.conftest import REPO, run_cli, shared_dir
+from tests.conftest import REPO, require_shared, run_cli
 from tests.integration.test_openvla_compat import ensure_compat_venv
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -26,9 +26,7 @@ SAMPLE = "lerobot_v30_av1_2cam"  # 4 episodes, 420 steps, action (7) + observati
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory) -> tuple[dict, dict, Path]:
-    src = shared_dir() / "samples" / SAMPLE
-    if not src.is_dir():
-        pytest.skip(f"sample {src} not found (set ROBO_RAY_SHARED to the shared folder)")
+    src = require_shared(f"samples/{SAMPLE}")
     dst = tmp_path_factory.mktemp("octo") / "out"
     proc = run_cli("run", str(src), str(dst), "--val-fraction", "0.25")
     assert proc.returncode == 0, f"robo-ray run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"

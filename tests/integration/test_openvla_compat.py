@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.compat.venvs import VenvError, clean_env, ensure_venv
-from tests.conftest import REPO, run_cli, shared_dir
+from tests.conftest import REPO, require_shared, run_cli
 
 # xdist_group: under `--dist loadgroup` one worker would convert once and run all four. With pytest 9.2 + xdist 3.8
 # the group is silently ignored (pytest-xdist#1386: xdist renames item._nodeid, pytest 9.2 reads item._id), so each
@@ -81,9 +81,7 @@ def compat_python() -> Path:  # tests request it after `converted`, so a missing
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory) -> Path:
-    src = shared_dir() / "samples" / SAMPLE
-    if not src.is_dir():
-        pytest.skip(f"sample {src} not found (set ROBO_RAY_SHARED to the shared folder)")
+    src = require_shared(f"samples/{SAMPLE}")
     dst = tmp_path_factory.mktemp("openvla") / "out"
     proc = run_cli("run", str(src), str(dst))
     assert proc.returncode == 0, f"robo-ray run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"

@@ -29,7 +29,8 @@ import ray  # noqa: E402
 
 from robo_ray.config import load_config  # noqa: E402
 from robo_ray.errors import OutputConflict  # noqa: E402
-from robo_ray.stages.pipeline import InProcessExecutor, run_pipeline  # noqa: E402
+from robo_ray.executors.in_process import InProcessExecutor  # noqa: E402
+from robo_ray.stages.pipeline import run_pipeline  # noqa: E402
 from robo_ray.storage import sha256_file, url_to_fs  # noqa: E402
 from tests.conftest import sigkill_when, wait_for  # noqa: E402
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset  # noqa: E402
@@ -416,5 +417,5 @@ def test_ray_job_submit(cluster, datasets, reference, tmp_path):
     assert _ledger(out)["complete"]
     summary = json.loads((out / "diff_summary.json").read_text())
     assert summary["passed"] is True
-    assert any(c["name"].startswith("tfds") and c["passed"] for c in summary["checks"]), summary["checks"]
+    assert any(c["name"].startswith("tfds") and c["status"] == "passed" for c in summary["checks"]), summary["checks"]
     assert _shards(out) == reference["v21"]["shards"]

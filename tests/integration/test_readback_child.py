@@ -43,7 +43,7 @@ def test_readback_in_a_child_process(tmp_path: Path) -> None:
     assert got == {"exit": 0, "tf_in_process": False}, got
     # the sample's 4 episodes are 4 shards; the read-back reads a sample of them and says which
     m = re.search(r"read (\d+) episodes / (\d+) steps from (\d+) of 4 shards .*expected (\d+) / (\d+)", check["detail"])
-    assert check["passed"] and m and m[1] == m[4] and m[2] == m[5] and int(m[3]) >= 1, check
+    assert check["status"] == "passed" and m and m[1] == m[4] and m[2] == m[5] and int(m[3]) >= 1, check
 
 
 def test_unreadable_dataset_fails_the_readback(tmp_path: Path) -> None:

@@ -210,25 +210,81 @@ def polyline_xy(node: Node) -> np.ndarray:
     return np.array([[float(v) for v in p.split(",")] for p in node.attrs["points"].split()])
 
 
+def plot_frame(svg: Node) -> tuple[tuple[float, float, float, float], float, float]:
+    """(box x0, y0, x1, y1), value at the bottom, value at the top: what turns points back into values."""
+    x0, y0, x1, y1 = (float(v) for v in svg.attrs["data-box"].split(","))
+    return (x0, y0, x1, y1), float(svg.attrs["data-y-min"]), float(svg.attrs["data-y-max"])
+
+
+def plot_width(svg: Node) -> float:
+    (x0, _, x1, _), _, _ = plot_frame(svg)
+    return x1 - x0
+
+
+def read_back(svg: Node, line: Node) -> tuple[np.ndarray, np.ndarray]:
+    """A polyline's points as (steps, values), through the plot's frame."""
+    (x0, y0, x1, y1), lo, hi = plot_frame(svg)
+    xy = polyline_xy(line)
+    steps = (xy[:, 0] - x0) / (x1 - x0) * (int(svg.attrs["data-length"]) - 1)
+    return steps, hi - (xy[:, 1] - y0) / (y1 - y0) * (hi - lo)
+
+
+def check_axes(svg: Node, label: str) -> None:
+    """Value ticks at the bottom / middle / top labelled with the frame's values, step ticks at first and last."""
+    (_, y0, _, y1), lo, hi = plot_frame(svg)
+    ticks = [t for t in svg.iter("text") if "y" in t.attrs.get("class", "").split()]
+    values = sorted(float(t.attrs["data-value"]) for t in ticks)
+    assert len(ticks) == 3 and values[0] == lo and values[-1] == hi, f"{label}: value ticks {values}, {lo}..{hi}"
+    for t in ticks:
+        assert float(t.all_text()) == pytest.approx(float(t.attrs["data-value"]), rel=1e-3, abs=1e-9), label
+    steps = {int(t.attrs["data-step"]) for t in svg.iter("text") if "x" in t.attrs.get("class", "").split()}
+    T = int(svg.attrs["data-length"])
+    assert {0, T - 1} <= steps, f"{label}: step ticks {sorted(steps)} for {T} steps"
+
+
 def check_plots(page: Node, exp: Expected) -> None:
-    """Per sampled episode a state and an action plot, one line per dimension over every step, tracing the values."""
+    """Per sampled episode a state and an action plot with axes; per dimension a source line and a written line,
+    each over every step; both lines, turned back into values through the axes, equal the values recomputed from
+    the source and from the output (and so each other)."""
     figs = figures(page)
     pairs = {int(f.attrs["data-written-episode"]): int(f.attrs["data-episode"]) for f in figs}
     plots = [n for n in page.iter("svg") if "plot" in n.attrs.get("class", "")]
+    target_of = {name: target for target, name in exp.names.items()}
     for written_index, ep in pairs.items():
-        view = exp.written[ep]
+        sides = {"written": exp.written[ep], "source": exp.source[ep]}
         mine = {p.attrs["data-feature"]: p for p in plots if int(p.attrs["data-episode"]) == written_index}
         assert {k.split(":")[0] for k in mine} == {"state", "action"}, f"episode {ep}: plots {sorted(mine)}"
         for label, svg in mine.items():
-            values = view.tensors[label.split(": ", 1)[1]].reshape(view.length, -1).astype(np.float64)
-            lines = list(svg.iter("polyline"))
-            assert int(svg.attrs["data-length"]) == view.length and len(lines) == values.shape[1], label
-            for d, line in enumerate(lines):
-                xy = polyline_xy(line)
-                assert len(xy) == view.length >= 2, f"{label}[{d}]: {len(xy)} points for {view.length} steps"
-                assert np.all(np.diff(xy[:, 0]) > 0), f"{label}[{d}]: x does not follow the steps"
-                if np.ptp(values[:, d]) > 0:  # y is the value, flipped and scaled
-                    assert np.corrcoef(xy[:, 1], values[:, d])[0, 1] < -0.999, f"{label}[{d}] does not trace it"
+            name = label.split(": ", 1)[1]
+            want = {"written": sides["written"].tensors[name],
+                    "source": sides["source"].tensors[target_of.get(name, name)]}
+            length = sides["written"].length
+            check_axes(svg, label)
+            _, lo, hi = plot_frame(svg)
+            both = np.concatenate([w.reshape(-1) for w in want.values()]).astype(np.float64)
+            assert (lo, hi) == pytest.approx((both.min(), both.max())) or np.ptp(both) == 0, f"{label}: y range"
+            tol = (hi - lo) * 1e-3
+            for side, values in want.items():
+                values = values.reshape(length, -1).astype(np.float64)
+                lines = [ln for ln in svg.iter("polyline") if ln.attrs.get("data-series") == side]
+                assert len(lines) == values.shape[1], f"{label}: {len(lines)} {side} lines, {values.shape[1]} dims"
+                for d, line in enumerate(lines):
+                    steps, got = read_back(svg, line)
+                    assert len(got) == length >= 2, f"{label}[{d}] {side}: {len(got)} points for {length} steps"
+                    assert np.allclose(steps, np.arange(length), atol=0.06 * length / plot_width(svg)), \
+                        f"{label}[{d}] {side}: x does not follow the steps"
+                    worst = float(np.max(np.abs(got - values[:, d])))
+                    assert worst <= tol, f"{label}[{d}] {side}: the line is {worst} off the values (tolerance {tol})"
+            written = [polyline_xy(ln) for ln in svg.iter("polyline") if ln.attrs.get("data-series") == "written"]
+            source = [polyline_xy(ln) for ln in svg.iter("polyline") if ln.attrs.get("data-series") == "source"]
+            assert all(np.array_equal(w, s) for w, s in zip(written, source)), f"{label}: source and written differ"
+            assert "written = source at every step" in svg_heading(page, svg), label
+
+
+def svg_heading(page: Node, svg: Node) -> str:
+    """The heading of the plot box holding `svg`."""
+    box = next(b for b in page.iter("div") if "plotbox" in b.attrs.get("class", "") and svg in b.children)
+    return next(box.iter("h4")).all_text()
 
 
 def check_self_contained(text: str, page: Node) -> None:

@@ -20,12 +20,13 @@ from fsspec.implementations.local import LocalFileSystem
 from robo_ray.errors import (ConfigError, DataCorrupt, EpisodeError, SourceFormatError, SourceNotFound,
                              UnknownFormat, UnsafeInput)
 from robo_ray.formats.rlds.reader import RldsReader
-from tests.conftest import run_cli, shared_dir
+from tests.conftest import require_shared, run_cli, shared_dir
 from tests.fixtures import rlds_gen
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("rlds_reader")]  # one worker builds the fixtures
-PUSHER = shared_dir() / "samples" / "rlds" / "pusher_rlds" / "1.0.0"
-LEROBOT_SAMPLE = shared_dir() / "samples" / "lerobot_v21_h264_1cam"
+PUSHER_REL = "samples/rlds/pusher_rlds/1.0.0"
+PUSHER = shared_dir() / PUSHER_REL
+LEROBOT_SAMPLE_REL = "samples/lerobot_v21_h264_1cam"
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +40,16 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def robo_ray_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not LEROBOT_SAMPLE.exists():
-        pytest.skip(f"shared sample {LEROBOT_SAMPLE} is missing (set ROBO_RAY_SHARED)")
+    sample = require_shared(LEROBOT_SAMPLE_REL)
     out = tmp_path_factory.mktemp("robo_ray_out") / "out"
-    proc = run_cli("run", str(LEROBOT_SAMPLE), str(out), "--image-format", "png")
+    proc = run_cli("run", str(sample), str(out), "--image-format", "png")
     assert proc.returncode == 0, proc.stderr
     return out / "rlds" / "lerobot_v21_h264_1cam" / "1.0.0"
 
 
 def _dataset(case: str, data_dir: Path, robo_ray_output: Callable[[], Path]) -> Path:
     if case == "pusher":
-        if not PUSHER.exists():
-            pytest.skip(f"shared sample {PUSHER} is missing (set ROBO_RAY_SHARED)")
-        return PUSHER
+        return require_shared(PUSHER_REL)
     if case == "robo_ray_output":
         return robo_ray_output()
     return data_dir / f"robo_ray_{case}" / rlds_gen.DATASET_VERSION
@@ -136,8 +134,7 @@ def test_every_value_matches_tfds(case: str, dataset: Callable[[str], Path]) -> 
 
 
 def test_roles_and_names_oxe_template() -> None:
-    if not PUSHER.exists():
-        pytest.skip("shared pusher sample missing")
+    require_shared(PUSHER_REL)
     feats = RldsReader(str(PUSHER)).features
     roles = {k: (f.role, f.name, f.kind) for k, f in feats.items()}
     assert roles == {

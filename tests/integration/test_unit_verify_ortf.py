@@ -74,6 +74,7 @@ def test_run_checks_each_unit_once_on_its_worker(source: Path, tmp_path: Path, m
     assert summary["passed"] and summary["episodes_written"] == len(TASKS)
     names = {c["name"] for c in summary["checks"]}
     assert {"checksums", "videos", "sample low-dim", "sample images", "ortf read-back", "unique episodes"} <= names
+    assert all(c["status"] == "passed" for c in summary["checks"]), summary["checks"]  # none skipped
     # the chunk finalize renumbered after its worker's re-read: re-hashed, so the run's digests are the files'
     renumbered = [s for s in _ledger(out)["shards"] if s["extra"].get("renumbered_from")]
     assert len(renumbered) == 1 and renumbered[0]["extra"]["renumbered_from"] != renumbered[0]["sha256"]
@@ -116,6 +117,9 @@ def test_validate_names_a_changed_steps_parquet(converted: Path, tmp_path: Path,
     assert any(f"file {name}:" in ln and "modified after conversion" in ln for ln in lines), proc.stderr
     assert "Traceback" not in proc.stderr
     assert "FAILED" in (out / "validation_report.md").read_text()
+    readback = next(c for c in json.loads((out / "diff_summary.json").read_text())["checks"]
+                    if c["name"] == "ortf read-back")
+    assert readback["status"] == "skipped" and "damaged files" in readback["detail"], readback  # not "passed"
 
 
 def test_validate_names_a_removed_video(converted: Path, tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import run_cli, shared_dir
+from tests.conftest import require_shared, run_cli
 
 pytestmark = pytest.mark.slow
 SAMPLE = "lerobot_v30_av1_2cam"  # 4 episodes of 150 / 60 / 120 / 90 steps
@@ -19,10 +19,7 @@ SAMPLE = "lerobot_v30_av1_2cam"  # 4 episodes of 150 / 60 / 120 / 90 steps
 
 @pytest.fixture(scope="module")
 def src() -> Path:
-    p = shared_dir() / "samples" / SAMPLE
-    if not p.is_dir():
-        pytest.skip(f"sample {p} not found (set ROBO_RAY_SHARED to the shared folder)")
-    return p
+    return require_shared(f"samples/{SAMPLE}")
 
 
 def _val_from_log(out: Path) -> list[int]:

@@ -17,7 +17,7 @@ from robo_ray.episode import EpisodeRef, RefTable, VideoRef
 from robo_ray.readers.base import Inventory
 from robo_ray.stages.discover import episode_index_csv, episode_index_rows, write_discover_outputs
 from robo_ray.stages.journal import ledger_text
-from robo_ray.stages.pipeline import plan_fingerprint
+from robo_ray.stages.resume import plan_fingerprint
 from robo_ray.stages.plan import plan_split_units, plan_units
 from robo_ray.stages.validate import ValidationResult, diff_summary, diff_summary_text
 from robo_ray.writers.base import EpisodeSteps, UnitResult

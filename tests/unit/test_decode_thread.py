@@ -77,7 +77,7 @@ def test_the_bytes_do_not_depend_on_the_decoding_thread(shared, tmp_path, monkey
 
 def test_busy_on_counts_the_units_in_flight_on_a_host() -> None:
     from robo_ray.ray_exec.worker import AttemptCounter
-    from robo_ray.stages.pipeline import busy_on
+    from robo_ray.stages.attempts import busy_on
 
     assert busy_on("a", ["a:1", "a:2", "b:3", "ab:4"]) == 2
     counter = AttemptCounter()
@@ -93,7 +93,8 @@ def test_the_share_is_asked_before_each_video_episode(shared, tmp_path, monkeypa
     """A converter whose CPU share changes (a Ray actor's, once the other actors run out of units) decodes in
     threads exactly for the episodes that start with a share of 2 or more."""
     from robo_ray.readers import open_reader
-    from robo_ray.stages.pipeline import JobSpec, make_writer, resolve_mapping
+    from robo_ray.executors.base import JobSpec
+    from robo_ray.stages.target_setup import make_writer, resolve_mapping
     from robo_ray.stages.plan import Unit
 
     src = shared / "samples" / "lerobot_v30_av1_2cam"

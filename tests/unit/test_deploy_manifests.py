@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import REPO, shared_dir
+from tests.conftest import REPO, require_shared
 
 SUBMISSION_MODES = {"K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"}
 SECRET_NAME = re.compile(r"(SECRET|PASSWORD|TOKEN|ACCESS_KEY|PRIVATE_KEY|API_KEY)", re.I)
@@ -31,9 +31,7 @@ def _strict(schema: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def rayjob_schema() -> dict[str, Any]:
-    crd_path = shared_dir() / "k8s" / "ray.io_rayjobs.yaml"
-    if not crd_path.exists():
-        pytest.skip(f"KubeRay CRD not found at {crd_path} (set ROBO_RAY_SHARED)")
+    crd_path = require_shared("k8s/ray.io_rayjobs.yaml")
     crd = yaml.safe_load(crd_path.read_text())
     v1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     return _strict(v1["schema"]["openAPIV3Schema"])

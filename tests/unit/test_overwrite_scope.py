@@ -9,7 +9,7 @@ import fsspec
 import pytest
 
 from robo_ray.errors import DestinationNotEmpty
-from robo_ray.stages.pipeline import prepare_destination
+from robo_ray.stages.destination import prepare_destination
 
 
 def _dst(tmp_path: Path, job_format: str | None) -> Path:

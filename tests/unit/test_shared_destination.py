@@ -10,7 +10,10 @@ import pytest
 from robo_ray.cli import _config, build_parser
 from robo_ray.config import load_config
 from robo_ray.errors import LocalDestinationOnCluster
-from robo_ray.stages.pipeline import InProcessExecutor, check_shared_destination, config_differences, run_pipeline
+from robo_ray.executors.in_process import InProcessExecutor
+from robo_ray.stages.destination import check_shared_destination
+from robo_ray.stages.pipeline import run_pipeline
+from robo_ray.stages.resume import config_differences
 from robo_ray.storage import url_to_fs
 from tests.fixtures.lerobot_gen import DatasetSpec, write_lerobot_dataset
 

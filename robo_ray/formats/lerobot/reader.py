@@ -162,7 +162,7 @@ class LeRobotReader(BaseReader):
         fps = self.info.get("fps")
         if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not (0 < fps <= 10_000):
             raise SourceFormatError(f"meta/info.json: fps {fps!r} is not a positive number")
-        self.fps = float(fps)
+        self.set_fps(float(fps), "meta/info.json fps")  # held by the dataset: a --fps does not replace it
         check_declared_counts(INFO, self.info, DECLARED_LIMITS)
         self._tasks: list[str] | None = None
 
@@ -319,7 +319,7 @@ class LeRobotReader(BaseReader):
             declared={k: self.info.get(k) for k in ("total_episodes", "total_frames", "total_tasks", "total_videos",
                                                     "total_chunks", "chunks_size", "splits")},
             metadata_types=dict(BUILTIN_METADATA), language_source="task", step_storage="parquet")
-        inv.findings = check_inventory(self, inv)
+        inv.findings = check_inventory(self, inv) + self.fps_findings()
         return inv
 
     # ---- load one episode --------------------------------------------------------------------------------------

@@ -18,22 +18,20 @@ import json
 import posixpath
 import re
 from dataclasses import replace
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
-from robo_ray.errors import (DataCorrupt, DataMissing, EpisodeDataOutside, EpisodeTooLarge, SourceFormatError,
-                             UnsafeInput)
+from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, UnsafeInput
+from robo_ray.formats.hdf5 import check_dataset, check_links, children, jsonable, leaves, open_h5, peek_h5
 from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, canonical_path, unique_names
-from robo_ray.safety import (MAX_DIM, MAX_ELEMENTS_PER_STEP, MAX_EPISODE_LENGTH, MAX_EPISODES, check_count,
-                             check_declared_counts, check_shape)
-from robo_ray.storage import is_local, join
+from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts, check_shape
+from robo_ray.storage import join
 
 MAIN_FILE = "main_data.hdf5"
 STEP_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
 TRANSITION_KEYS = STEP_KEYS[1:]
-MAX_EPISODE_BYTES = 4 << 30  # one episode's arrays, checked from HDF5 shapes before reading
 _EPISODE_GROUP = re.compile(r"^episode_(\d{1,12})$")
 _ARROW_SUFFIX = {"arrow": ".arrow", "parquet": ".parquet"}
 # Episode.metadata of every episode (episode_id, file_path, and the seed minari recorded at reset, if any)
@@ -117,86 +115,6 @@ def _dtype(raw: Any, where: str) -> str:
     return str(dt)
 
 
-def _jsonable(value: Any) -> Any:
-    """Metadata (HDF5 attributes, JSON) as plain JSON types."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, np.ndarray):
-        return [_jsonable(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-# ---- HDF5, refusing what could reach outside the file ----------------------------------------------------------
-def _h5_check_links(f: Any, where: str) -> None:
-    """Refuse the whole file if a link in it points anywhere but at an object of the file itself (external links
-    to other files, soft links): every link is visited, none followed, no object opened (fast: ~10 us a link)."""
-    import h5py
-    from h5py import h5l
-
-    found: list[str] = []
-
-    def visit(name: bytes, info: Any) -> int | None:
-        if info.type != h5l.TYPE_HARD:
-            found.append(name.decode("utf-8", "replace"))
-            return 1  # stop
-        return None
-
-    f.id.links.visit(visit, info=True)
-    if found:
-        link = f.get(found[0], getlink=True)
-        what = f"an HDF5 external link (to {link.filename})" if isinstance(link, h5py.ExternalLink) else \
-            f"an HDF5 soft link (to {link.path})" if isinstance(link, h5py.SoftLink) else "an HDF5 user-defined link"
-        raise UnsafeInput(f"{where}: /{found[0]} is {what}; refused")
-
-
-def _h5_children(group: Any, where: str) -> Iterator[tuple[str, Any]]:
-    """(name, object) of a group's members; anything but a hard link is refused (the file was checked when opened:
-    this only guards a file that changed since)."""
-    import h5py
-
-    for name in group:
-        link = group.get(name, getlink=True)
-        if not isinstance(link, h5py.HardLink):
-            raise UnsafeInput(f"{where}: {group.name}/{name} is an HDF5 {type(link).__name__}; refused")
-        yield name, group[name]
-
-
-def _h5_leaves(group: Any, prefix: str, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
-    import h5py
-
-    if depth > 8:
-        raise UnsafeInput(f"{where}: groups nested deeper than 8 levels under {group.name}")
-    for name, obj in _h5_children(group, where):
-        key = f"{prefix}/{name}" if prefix else name
-        if isinstance(obj, h5py.Group):
-            yield from _h5_leaves(obj, key, where, depth + 1)
-        else:
-            yield key, obj
-
-
-def _check_dataset(ds: Any, where: str) -> None:
-    """An episode's dataset must hold its own data and fit the limits before it is read (else the episode is
-    quarantined: EP207, EP206)."""
-    if ds.is_virtual:
-        raise EpisodeDataOutside(f"{where}: {ds.name} is an HDF5 virtual dataset (data in other files); refused")
-    if ds.external:
-        raise EpisodeDataOutside(f"{where}: {ds.name} stores its data in external files; refused")
-    shape = tuple(ds.shape or ())
-    if not shape:
-        return
-    if shape[0] > MAX_EPISODE_LENGTH + 1 or any(d > MAX_DIM for d in shape[1:]):
-        raise EpisodeTooLarge(f"{where}: dataset {ds.name} has shape {shape}, beyond the limits")
-    per = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-    if per > MAX_ELEMENTS_PER_STEP or shape[0] * per * max(ds.dtype.itemsize, 1) > MAX_EPISODE_BYTES:
-        raise EpisodeTooLarge(f"{where}: dataset {ds.name} with shape {shape} is too large")
-
-
 def _h5_feature(key: str, ds: Any) -> FeatureSpec:
     """A feature inferred from a dataset (infos, extra datasets, 0.4 files without a space)."""
     dt = ds.dtype
@@ -253,6 +171,12 @@ def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]
     return unique_names(out)
 
 
+def _other_layout(fs: Any, path: str) -> bool:
+    """A readable HDF5 file without episode_<N> groups at its root (a damaged HDF5 file is one SourceFormatError
+    naming it, whatever its format)."""
+    return peek_h5(fs, path, lambda f: not any(_EPISODE_GROUP.match(name) for name in f))
+
+
 class MinariReader(BaseReader):
     """Reads a Minari dataset folder (or its `data/main_data.hdf5`) from any fsspec URL."""
 
@@ -263,9 +187,10 @@ class MinariReader(BaseReader):
     @classmethod
     def sniff(cls, fs: Any, root: str) -> bool:
         """A Minari dataset folder (data/main_data.hdf5 or data/metadata.json), its data/ folder, or an .hdf5
-        file."""
+        file, unless it is an HDF5 file without episode_<N> groups at its root (robomimic's, ALOHA's: their
+        readers take it)."""
         if fs.isfile(root):
-            return root.endswith(".hdf5")
+            return root.endswith(".hdf5") and not _other_layout(fs, root)
         for base in (join(root, "data"), root):
             if fs.exists(join(base, MAIN_FILE)) or (posixpath.basename(base) == "data"
                                                    and fs.exists(join(base, "metadata.json"))):
@@ -282,14 +207,14 @@ class MinariReader(BaseReader):
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
         super().__init__(url, storage_options)
-        self.fps = 0.0  # Minari records no rate
+        # Minari records no rate: --fps gives one (BaseReader.apply_given_fps)
         self._h5: Any = None
         self._h5_file: Any = None
         self.legacy = not self.exists("data/metadata.json")
         if self.legacy:
             if not self.exists(f"data/{MAIN_FILE}"):
                 raise SourceFormatError(f"{url}: not a Minari dataset (no data/metadata.json or data/{MAIN_FILE})")
-            self.metadata = {k: _jsonable(v) for k, v in self._file().attrs.items()}
+            self.metadata = {k: jsonable(v) for k, v in self._file().attrs.items()}
             self.data_format = "hdf5"
         else:
             self.metadata = self._read_json("data/metadata.json")
@@ -310,21 +235,10 @@ class MinariReader(BaseReader):
     def _file(self) -> Any:
         """The open main_data.hdf5 (one handle per reader; reopened after unpickling)."""
         if self._h5 is None:
-            import h5py
-
             rel = f"data/{MAIN_FILE}"
+            self._h5, self._h5_file = open_h5(self.fs, self.path(rel), rel)
             try:
-                if is_local(self.fs):
-                    self._h5 = h5py.File(self.path(rel), "r", locking=False)
-                else:
-                    self._h5_file = self.open_binary(rel)
-                    self._h5 = h5py.File(self._h5_file, "r")
-            except FileNotFoundError as exc:
-                raise SourceFormatError(f"{rel}: file is missing") from exc
-            except OSError as exc:
-                raise SourceFormatError(f"{rel}: not a readable HDF5 file ({exc})") from exc
-            try:
-                _h5_check_links(self._h5, rel)
+                check_links(self._h5, rel)
             except BaseException:
                 self.close()
                 raise
@@ -378,7 +292,7 @@ class MinariReader(BaseReader):
             return {}
         if self.data_format == "hdf5":
             group = self._file()[f"episode_{ids[0]}"]
-            return dict(_h5_leaves(group, "", f"data/{MAIN_FILE}"))
+            return dict(leaves(group, "", f"data/{MAIN_FILE}"))
         table = self._arrow_table(ids[0])
         return {k: np.asarray(v) if not isinstance(v, list) else np.asarray(v, dtype=object)
                 for k, v in _arrow_flat(table, {}).items()}
@@ -387,7 +301,7 @@ class MinariReader(BaseReader):
     def _episode_ids(self) -> list[int]:
         if self.data_format == "hdf5":
             ids = []
-            for name, _ in _h5_children(self._file(), f"data/{MAIN_FILE}"):
+            for name, _ in children(self._file(), f"data/{MAIN_FILE}"):
                 m = _EPISODE_GROUP.match(name)
                 if m:
                     ids.append(int(m.group(1)))
@@ -420,7 +334,7 @@ class MinariReader(BaseReader):
 
     def _episode_meta(self, i: int) -> dict[str, Any]:
         if self.data_format == "hdf5":
-            return {k: _jsonable(v) for k, v in self._file()[f"episode_{i}"].attrs.items()}
+            return {k: jsonable(v) for k, v in self._file()[f"episode_{i}"].attrs.items()}
         rel = f"data/{i}/metadata.json"
         if not self.exists(rel):
             return {}
@@ -436,6 +350,7 @@ class MinariReader(BaseReader):
                                            "algorithm_name", "code_permalink", "description", "dataset_size")
                     if k in md}
         declared["data_format"] = self.data_format
+        declared["fps_source"] = self.fps_source
         for k in ("env_spec", "eval_env_spec", "observation_space", "action_space"):
             if isinstance(md.get(k), str):
                 try:
@@ -446,9 +361,9 @@ class MinariReader(BaseReader):
                         source_version=self.version, episodes_count=len(refs),
                         total_steps=sum(r.length for r in refs), features=self.features, refs=refs, fps=self.fps,
                         robot_type=(declared.get("env_spec") or {}).get("id") if isinstance(
-                            declared.get("env_spec"), dict) else None, declared=_jsonable(declared),
+                            declared.get("env_spec"), dict) else None, declared=jsonable(declared),
                         metadata_types=dict(METADATA), language_source="", step_storage="hdf5")
-        inv.findings = self._findings(inv)
+        inv.findings = self._findings(inv) + self.fps_findings()
         return inv
 
     def _findings(self, inv: Inventory) -> list[Finding]:
@@ -496,8 +411,8 @@ class MinariReader(BaseReader):
             if ref.source_id not in self._file():
                 raise DataMissing(f"{where}: group {ref.source_id} is missing")
             out: dict[str, Any] = {}
-            for key, ds in _h5_leaves(self._file()[ref.source_id], "", where):
-                _check_dataset(ds, where)
+            for key, ds in leaves(self._file()[ref.source_id], "", where):
+                check_dataset(ds, where)
                 out[key] = ds[()]
             if "rewards" not in out:
                 raise DataCorrupt(f"{where}: {ref.source_id} has no rewards")
@@ -554,7 +469,7 @@ class MinariReader(BaseReader):
         ep.columns["is_terminal"], ep.columns["discount"] = is_terminal, discount
         ep.step_tasks = [""] * n
         meta = self._episode_meta(ref.episode_index) if self.data_format != "hdf5" else \
-            {k: _jsonable(v) for k, v in self._file()[ref.source_id].attrs.items()}
+            {k: jsonable(v) for k, v in self._file()[ref.source_id].attrs.items()}
         seed = meta.get("seed")
         ep.metadata = {"episode_id": ref.episode_index, "file_path": ref.data_path,
                        "seed": int(seed) if isinstance(seed, (int, float)) and not isinstance(seed, bool) else None}

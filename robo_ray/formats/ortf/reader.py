@@ -212,7 +212,9 @@ class OrtfReader(BaseReader):
             raise SourceFormatError(f"meta/manifest.json: cameras at different fps {sorted(rates)} are not "
                                     "supported yet")
         hz = self.manifest["action_space"].get("control_frequency_hz")
-        self.fps = rates.pop() if rates else float(hz) if isinstance(hz, (int, float)) and hz > 0 else 0.0
+        rate = rates.pop() if rates else float(hz) if isinstance(hz, (int, float)) and hz > 0 else 0.0
+        if rate:  # held by the dataset: a --fps does not replace it
+            self.set_fps(rate, "meta/manifest.json " + ("sensor fps" if self.cameras else "control_frequency_hz"))
         self._tasks: dict[int, str] | None = None
 
     @staticmethod
@@ -347,7 +349,7 @@ class OrtfReader(BaseReader):
                         robot_type=robot.get("name") if isinstance(robot.get("name"), str) else None,
                         tasks=[tasks[k] for k in sorted(tasks)], declared=declared,
                         metadata_types=dict(METADATA), language_source="task", step_storage="parquet")
-        inv.findings = self._findings(inv)
+        inv.findings = self._findings(inv) + self.fps_findings()
         return inv
 
     def _findings(self, inv: Inventory) -> list[Finding]:

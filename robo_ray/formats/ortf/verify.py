@@ -131,7 +131,7 @@ class OrtfVerifier:
         res.add("nan/inf", nonfinite == 0 or self.ctx.allow_nonfinite, f"NaN/Inf values: {nonfinite}"
                 + (" (allowed by convert.nan_policy=allow)" if nonfinite and self.ctx.allow_nonfinite else ""))
         if self.bad or others:
-            res.add("ortf read-back", True, "skipped: damaged files are named above")
+            res.skip("ortf read-back", "damaged files are named above (reading them back would repeat it)")
         else:
             self._readback(res, results)
         return True

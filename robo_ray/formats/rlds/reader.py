@@ -41,8 +41,8 @@ from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, EpisodeTooLa
 from robo_ray.formats.rlds.example import decode_example
 from robo_ray.formats.rlds.features import Leaf, Unsupported, parse_features
 from robo_ray.formats.rlds.tfrecord import masked_crc, read_records
-from robo_ray.readers.base import (BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, ScanTask, identifier,
-                                   spread)
+from robo_ray.readers.base import (BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, ScanTask, held_fps,
+                                   identifier, spread)
 from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, render_path_template
 from robo_ray.storage import is_local, join, url_of
 
@@ -425,7 +425,9 @@ class RldsReader(BaseReader):
         self._task_key = next((k for k in ("language_instruction", "observation/natural_language_instruction")
                                if k in self.features and self.features[k].role == "language"),
                               next((k for k, f in self.features.items() if f.role == "language"), None))
-        self.fps, self._fps_source = self._fps(fps)
+        self._fps_from_metadata()
+        if fps is not None:  # the one rule (BaseReader): the rate metadata.json records wins over --fps
+            self.apply_given_fps(fps)
         self.metadata_types: dict[str, MetaType] = dict(BUILTIN_METADATA)  # Episode.metadata: keys, how stored
         for key, name in self._meta_names.items():
             if (t := _meta_type(self._leaves[key])) is not None:
@@ -542,18 +544,15 @@ class RldsReader(BaseReader):
                               f"{', '.join(self.split_shards)})")
         return [s for s in self.split_shards if s in wanted]
 
-    def _fps(self, override: float | None) -> tuple[float, str | None]:
-        if override is not None:
-            if isinstance(override, bool) or not isinstance(override, (int, float)) or not 0 < override <= 10_000:
-                raise ConfigError(f"fps {override!r} is not a positive number")
-            return float(override), "given"
+    def _fps_from_metadata(self) -> None:
+        """The rate metadata.json records (fps, control_frequency, ...), when it holds a plausible one."""
         if self.exists(METADATA):
             meta = self._read_json(METADATA)
             for key in FPS_KEYS:
-                v = meta.get(key) if isinstance(meta, dict) else None
-                if not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < v <= 10_000:
-                    return float(v), f"{METADATA} {key}"
-        return 0.0, None
+                v = held_fps(meta.get(key)) if isinstance(meta, dict) else None
+                if v:
+                    self.set_fps(v, f"{METADATA} {key}")
+                    return
 
     # ---- images whose shape or encoding features.json leaves open: read from the first stored image ----------
     def _resolve_images(self, leaves: list[Leaf]) -> list[Leaf]:
@@ -663,9 +662,10 @@ class RldsReader(BaseReader):
         if not self.fps:
             findings.append(Finding("warning", "R101", "the dataset records no control rate (fps): pass --fps "
                                     "(needed by targets with timestamps, e.g. LeRobot)"))
+        findings += [f for f in self.fps_findings() if f.code != "F101"]  # F102: a --fps the metadata overrode
         declared = {"name": self.dataset_name, "version": self.info.get("version"), "file_format": self.file_format,
                     "splits": {s: sum(n for _, n in sh) for s, sh in self.split_shards.items()},
-                    "selected_splits": self.splits, "fps_source": self._fps_source,
+                    "selected_splits": self.splits, "fps_source": self.fps_source,
                     "description": str(self.info.get("description") or "")[:2000]}
         inv = Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
                         source_version=self.version, episodes_count=len(refs), total_steps=sum(r.length for r in refs),

@@ -81,6 +81,8 @@ class RldsVerifier:
             res.add("checksums", True, "every shard's sha256 (re-read after its commit) equals the ledger")
         if self.ctx.loader_readback:
             self._tfds_readback(res, shards, results)
+        else:
+            res.skip("tfds read-back", "turned off (validate.tfds_readback: false, or --no-tfds)")
         return True
 
     # ---- metadata --------------------------------------------------------------------------------------------
@@ -292,8 +294,8 @@ class RldsVerifier:
     def _tfds_readback(self, res: ValidationResult, shards: list[tuple[str, str, int]],
                        results: dict[str, UnitResult]) -> None:
         if res.episodes_written == 0:  # every episode quarantined: a valid, empty dataset
-            res.add("tfds read-back", True, "skipped: the dataset holds no episode (tfds refuses to build an empty "
-                    "split: 'Instruction [] corresponds to no data')")
+            res.skip("tfds read-back", "the dataset holds no episode (tfds refuses to build an empty split: "
+                     "'Instruction [] corresponds to no data')")
             return
         sample = self._readback_sample(shards)
         every = len(sample) == len([s for s in shards if s[2] > 0])
@@ -302,8 +304,8 @@ class RldsVerifier:
         try:
             n_eps, n_steps = self._count_with_tfds(sample, every)
         except ReadbackUnavailable:  # the default install converts and validates; the loader read-back needs the extra
-            res.add("tfds read-back", True, "skipped: tensorflow-datasets is not installed (pip install "
-                    "'robo-ray[tf]' to read the output back through tfds); every other check ran")
+            res.skip("tfds read-back", "tensorflow-datasets is not installed (pip install 'robo-ray[tf]' to read "
+                     "the output back through tfds); every other check ran")
             return
         except Exception as exc:  # any tfds/TF failure is a validation failure, reported in one line
             res.add("tfds read-back", False, f"tfds could not read the dataset: {type(exc).__name__}: "
