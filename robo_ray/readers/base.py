@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Protocol, Sequence
@@ -125,6 +126,16 @@ class Inventory:
         object.__setattr__(self, name, value)
 
 
+@dataclass(frozen=True)
+class ScanTask:
+    """One piece of a reader's Discover scan, small and picklable: `index` is its place in file order, `files` the
+    dataset-relative file(s) it reads, `params` what else the reader needs to scan them (e.g. a declared count)."""
+
+    index: int
+    files: tuple[str, ...]
+    params: tuple[Any, ...] = ()
+
+
 def spread(n: int, k: int) -> list[int]:
     """Up to k positions spread over range(n): first, middle(s), last."""
     if n <= k:
@@ -143,6 +154,12 @@ class Reader(Protocol):
     def discover(self) -> Inventory: ...
 
     def discover_spread(self, k: int) -> tuple[Inventory, list[int]]: ...
+
+    def scan_tasks(self) -> list[ScanTask]: ...
+
+    def scan_all(self, tasks: Sequence[ScanTask]) -> list[Any]: ...
+
+    def merge_scans(self, rows: Sequence[Any]) -> Inventory: ...
 
     def prepare(self, refs: Sequence[EpisodeRef]) -> None: ...
 
@@ -441,6 +458,30 @@ class BaseReader(DatasetFiles):
 
     def discover(self) -> Inventory:
         raise NotImplementedError
+
+    # ---- Discover as a map over the files (optional): discover() == merge_scans(scan_all(scan_tasks())) ----------
+    scan_threads: int = 1  # scan tasks one process runs at once (object stores: the scan waits on requests)
+
+    def scan_tasks(self) -> list[ScanTask]:
+        """The pieces of Discover's scan, in file order, for a pool of workers to run (`scan`) and the driver to
+        merge (`merge_scans`). [] (the default): not splittable, `discover()` runs."""
+        return []
+
+    def scan(self, task: ScanTask) -> Any:
+        """The small, picklable row of one scan task (what `merge_scans` needs of its files, findings included)."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its Discover scan")
+
+    def scan_all(self, tasks: Sequence[ScanTask]) -> list[Any]:
+        """`scan(t)` of each task, in order, `scan_threads` at a time."""
+        workers = min(self.scan_threads, len(tasks))
+        if workers <= 1:
+            return [self.scan(t) for t in tasks]
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(self.scan, tasks))
+
+    def merge_scans(self, rows: Sequence[Any]) -> Inventory:
+        """The inventory from the rows of every task of `scan_tasks()`, in task order: the same as `discover()`."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its Discover scan")
 
     def discover_spread(self, k: int) -> tuple[Inventory, list[int]]:
         """An inventory whose refs are only `k` episodes spread evenly over the dataset (`spread`), and their

@@ -29,9 +29,8 @@ import posixpath
 import re
 import struct
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, BinaryIO, ClassVar, Iterator
+from typing import Any, BinaryIO, ClassVar, Iterator, Sequence
 from urllib.parse import parse_qs
 
 import numpy as np
@@ -42,8 +41,8 @@ from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, EpisodeTooLa
 from robo_ray.formats.rlds.example import decode_example
 from robo_ray.formats.rlds.features import Leaf, Unsupported, parse_features
 from robo_ray.formats.rlds.tfrecord import masked_crc, read_records
-from robo_ray.readers.base import (BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, held_fps, identifier,
-                                   spread)
+from robo_ray.readers.base import (BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, ScanTask, held_fps,
+                                   identifier, spread)
 from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, render_path_template
 from robo_ray.storage import is_local, join, url_of
 
@@ -405,6 +404,7 @@ class RldsReader(BaseReader):
         super().__init__(url, storage_options)
         del self._wanted
         self._block = SCAN_BLOCK_LOCAL if is_local(self.fs) else SCAN_BLOCK_REMOTE
+        self.scan_threads = 1 if is_local(self.fs) else SCAN_THREADS  # object stores: shards scanned at once
         self.version = posixpath.basename(self.root)
         self.info = self._read_json(INFO)
         if not isinstance(self.info, dict):
@@ -618,23 +618,35 @@ class RldsReader(BaseReader):
 
     # ---- discover ---------------------------------------------------------------------------------------------
     def discover(self) -> Inventory:
+        return self.merge_scans(self.scan_all(self.scan_tasks()))
+
+    def scan_tasks(self) -> list[ScanTask]:
+        """One task per shard of the selected splits, in dataset_info.json order."""
+        jobs = [(split, rel, declared) for split in self.splits for rel, declared in self.split_shards[split]]
+        return [ScanTask(i, (rel,), (split, declared)) for i, (split, rel, declared) in enumerate(jobs)]
+
+    def scan(self, task: ScanTask) -> tuple[list[tuple[int, int | None, int | None]], list[Finding]]:
+        """The shard's records and findings (`_scan_shard`)."""
+        return self._scan_shard(task.files[0], task.params[1])
+
+    def merge_scans(self, rows: Sequence[tuple[list[tuple[int, int | None, int | None]], list[Finding]]]
+                    ) -> Inventory:
+        """The inventory from each shard's (records, findings), in `scan_tasks()` order (the selected splits' shards,
+        as `split_shards` lists them)."""
+        wanted = sum(len(self.split_shards[split]) for split in self.splits)
+        if len(rows) != wanted:
+            raise ValueError(f"merge_scans: {len(rows)} scanned shards for {wanted} tasks")
+        scans = iter(rows)
         refs: list[EpisodeRef] = []
         findings = list(self._probe_findings)
-        jobs = [(split, rel, declared) for split in self.splits for rel, declared in self.split_shards[split]]
-        workers = 1 if is_local(self.fs) else min(SCAN_THREADS, len(jobs))
-        if workers > 1:  # object stores: shards are scanned concurrently (each is a few small ranged reads a record)
-            with ThreadPoolExecutor(workers) as pool:
-                scans = dict(zip(jobs, pool.map(lambda job: self._scan_shard(*job[1:]), jobs)))
-        else:
-            scans = {job: self._scan_shard(*job[1:]) for job in jobs}
         next_index = 0
         for split, shards in self.split_shards.items():
             if split not in self.splits:  # indices stay those of a run over every split (declared counts)
                 next_index += sum(n for _, n in shards)
                 continue
             in_split = 0
-            for rel, declared in shards:
-                records, problems = scans[(split, rel, declared)]
+            for rel, _ in shards:
+                records, problems = next(scans)
                 findings += problems
                 for offset, framed, steps in records:
                     refs.append(EpisodeRef(next_index, steps or 0, rel, source_id=f"{split}[{in_split}]",

@@ -1,0 +1,109 @@
+"""Discover as a map over the file list (issue #26 part 4): an RLDS source of 40 shards, local and on moto S3, with
+one corrupted shard. `merge_scans` of its scan tasks, scanned in this process and through `scan_with_ray_data` on a
+real local Ray instance, gives the inventory `discover()` gives: refs, findings, counts."""
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.discover_scale import NAME, generate
+from robo_ray.formats.rlds.reader import RldsReader
+from robo_ray.ray_exec.scan import ReaderFactory, scan_with_ray_data
+from robo_ray.readers import open_reader
+from robo_ray.readers.base import BaseReader, Inventory
+from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
+
+SHARDS, PER_SHARD, BAD_SHARD = 40, 3, 17
+
+
+def _summary(inv: Inventory) -> dict[str, Any]:
+    return {"refs": list(inv.refs), "findings": [f.to_dict() for f in inv.findings],
+            "episodes": inv.episodes_count, "steps": inv.total_steps, "declared": inv.declared}
+
+
+@pytest.fixture(scope="module")
+def local_source(tmp_path_factory) -> Path:
+    """The version folder of a 40-shard dataset whose shard BAD_SHARD has a corrupted second record header."""
+    clean = generate(tmp_path_factory.mktemp("gen"), SHARDS, PER_SHARD, steps=4, pad=64)
+    root = tmp_path_factory.mktemp("src") / NAME / "1.0.0"
+    shutil.copytree(clean, root)
+    shard = sorted(root.glob(f"{NAME}-train.tfrecord-*"))[BAD_SHARD]
+    data = bytearray(shard.read_bytes())
+    (first,) = struct.unpack("<Q", data[:8])
+    data[first + 16 + 8] ^= 0xFF  # the length CRC of record 1
+    shard.write_bytes(bytes(data))
+    return root
+
+
+@pytest.fixture(scope="module")
+def s3_source(local_source, s3_server) -> tuple[str, dict[str, Any]]:  # noqa: F811
+    bucket = s3_server.make_bucket("discover-scan")
+    fs = s3_server.fs()
+    files = sorted(local_source.iterdir())
+    prefix = f"{bucket}/{NAME}/1.0.0"
+    fs.put([str(p) for p in files], [f"{prefix}/{p.name}" for p in files])
+    return f"s3://{prefix}", s3_server.storage_options()
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _sources(local_source: Path, s3_source: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(str(local_source), {}), s3_source]
+
+
+def _check_against_discover(reader: BaseReader, merged: Inventory) -> None:
+    expected = _summary(reader.discover())
+    assert expected["episodes"] == SHARDS * PER_SHARD - 1  # the bad shard's records after the bad header are lost
+    bad = [f for f in expected["findings"] if f["level"] == "error"]
+    assert [f["code"] for f in bad] == ["R104", "R102"] and f"tfrecord-000{BAD_SHARD}-of" in bad[0]["message"]
+    assert _summary(merged) == expected
+
+
+def test_tasks_are_the_shards_in_order(local_source):
+    reader = open_reader(str(local_source))
+    tasks = reader.scan_tasks()
+    assert [t.index for t in tasks] == list(range(SHARDS))
+    assert [t.files[0] for t in tasks] == sorted(p.name for p in local_source.glob(f"{NAME}-train.tfrecord-*"))
+    with pytest.raises(ValueError, match="39 scanned shards for 40"):
+        reader.merge_scans(reader.scan_all(tasks)[:-1])
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_merge_of_in_process_scans_is_discover(where, local_source, s3_source):
+    url, options = dict(zip(["local", "s3"], _sources(local_source, s3_source)))[where]
+    reader = open_reader(url, storage_options=options)
+    assert reader.scan_threads == (1 if where == "local" else 16)
+    rows = [reader.scan(t) for t in reader.scan_tasks()]
+    _check_against_discover(reader, reader.merge_scans(rows))
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_merge_of_ray_data_scans_is_discover(where, local_source, s3_source, ray_local):
+    url, options = dict(zip(["local", "s3"], _sources(local_source, s3_source)))[where]
+    reader = open_reader(url, storage_options=options)
+    factory = ReaderFactory.of(reader, url, options)
+    assert factory.cls is RldsReader
+    rows = scan_with_ray_data(factory, reader.scan_tasks(), concurrency=2)
+    _check_against_discover(reader, reader.merge_scans(rows))
+
+
+def test_a_reader_that_does_not_split_says_so(shared: Path):
+    """A reader without the pair (here: the shared real LeRobot v2.1 dataset's) has no tasks: discover() runs."""
+    reader = open_reader(str(shared / "real" / "g1_v21_30ep"))
+    assert reader.scan_tasks() == []
+    with pytest.raises(NotImplementedError, match="does not split its Discover scan"):
+        reader.merge_scans([])
+    assert reader.discover().episodes_count == 30
