@@ -21,7 +21,7 @@ import math
 import os
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -53,10 +53,33 @@ class ReaderFactory:
         return self.cls(self.url, storage_options=self.storage_options, **self.options)
 
 
+@dataclass(frozen=True)
+class SourceOpener:
+    """Opens the source on a worker exactly as the driver did: `open_reader` with the run's source URL, format,
+    storage options and reader options (resolution, detection and the one fps rule included). Picklable."""
+
+    url: str
+    fmt: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, source: Any, fmt: str | None = None) -> "SourceOpener":
+        """From the config's `source` section (url, format, storage_options, options); `fmt`: the detected format
+        (workers then skip detection)."""
+        url = source.url if "://" in source.url else os.path.abspath(source.url)
+        return cls(url, fmt or source.format, dict(source.storage_options or {}), dict(source.options or {}))
+
+    def __call__(self) -> BaseReader:
+        from robo_ray.readers import open_reader
+
+        return open_reader(self.url, self.fmt, self.storage_options, self.options)
+
+
 class _ScanActor:
     """A Ray Data actor: opens the reader once, then scans batches of pickled tasks into pickled rows."""
 
-    def __init__(self, factory: ReaderFactory) -> None:
+    def __init__(self, factory: Callable[[], BaseReader]) -> None:
         self.reader = factory()
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -66,7 +89,7 @@ class _ScanActor:
                 "row": np.array([pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in rows], dtype=object)}
 
 
-def scan_with_ray_data(reader_factory: ReaderFactory, tasks: Sequence[ScanTask], concurrency: int,
+def scan_with_ray_data(reader_factory: Callable[[], BaseReader], tasks: Sequence[ScanTask], concurrency: int,
                        num_cpus: float = 1.0) -> list[Any]:
     """The row of every task (`Reader.scan`), in the order of `tasks`, scanned by `concurrency` Ray Data actors of
     `num_cpus` each."""

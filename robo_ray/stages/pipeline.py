@@ -92,7 +92,7 @@ def run_pipeline(cfg: JobConfig, *, overwrite: bool = False, executor: Executor 
 def _run_locked(run: RunContext) -> RunOutcome:
     """The job once this run holds the destination's lock: the stages in order."""
     clock = StageClock.starting("discover")
-    inv = discover(run.cfg, run.reader)
+    inv = discover(run.cfg, run.reader, run.executor)
     clock.begin("plan")
     mapping, writer, units, unit_options = spec_and_plan(run.cfg, inv, run.log)
     fingerprint = plan_fingerprint(mapping, units)
@@ -109,10 +109,20 @@ def _run_locked(run: RunContext) -> RunOutcome:
     return convert_and_publish(run, units, job, spec)
 
 
+SCAN_ON_WORKERS_MIN_FILES = 256  # below this many files the driver's own threads scan faster than a Ray Data pass
+
+
 # ---- 1. discover -----------------------------------------------------------------------------------------------
-def discover(cfg: JobConfig, reader: Reader) -> Inventory:
-    """The source's inventory, cut to `max_episodes`."""
-    inv = reader.discover()
+def discover(cfg: JobConfig, reader: Reader, executor: Executor | None = None) -> Inventory:
+    """The source's inventory, cut to `max_episodes`. A source of many files whose reader splits its scan
+    (`Reader.scan_tasks`) is scanned by the executor's workers when it offers `scan` (on Ray: a Ray Data map over
+    the file list), the small per-file rows merged here; otherwise the reader scans it in this process."""
+    scan = getattr(executor, "scan", None)
+    tasks = reader.scan_tasks() if scan is not None else []
+    if len(tasks) >= SCAN_ON_WORKERS_MIN_FILES:
+        inv = reader.merge_scans(scan(cfg.source, tasks))
+    else:
+        inv = reader.discover()
     if cfg.max_episodes:
         inv.refs = inv.refs[:cfg.max_episodes]
         inv.episodes_count, inv.total_steps = len(inv.refs), sum(r.length for r in inv.refs)
