@@ -12,7 +12,7 @@ the numbering the unit's ledger entry carries (`extra["numbering"]`: episode / r
 * every MP4 of the unit: one video stream, size / pixel format / codec as written, packets one per frame with pts
   exactly k/fps; the first / middle / last frame of every episode decoded at from_timestamp + k/fps within lerobot's
   tolerance (1e-4 s, strict);
-* the sampled episodes (`ctx.sample_ids`) compared with the source (robo_ray.stages.validate.compare_samples:
+* the sampled episodes (`ctx.sample_ids`) compared with the source (robo_ray.stages.sample_compare.compare_samples:
   low-dim exact, images by PSNR, language through the unit's task ids).
 
 Per dataset (`run`): meta/info.json (the commit); every unit file present with the ledger's size and nothing else
@@ -42,8 +42,10 @@ import pyarrow.parquet as pq
 from robo_ray.formats.lerobot.video_encode import ENCODERS, PIX_FMT
 from robo_ray.formats.lerobot.paths import (BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS,
                                             TASKS, VIDEO_PATH)
-from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
-                                      compare_samples, sample_indices)
+from robo_ray.stages.check_records import UnitCheck, UnitChecks, ValidationResult
+from robo_ray.stages.norm_stats import StatsAccumulator
+from robo_ray.stages.sample_compare import WrittenSample, compare_samples
+from robo_ray.stages.sampling import sample_indices
 from robo_ray.storage import hash_file, is_local, join, open_sequential
 from robo_ray.writers.base import UnitResult, VerifyContext
 from robo_ray.writers.committed import uncommitted_units

@@ -32,8 +32,10 @@ import pyarrow.parquet as pq
 
 from robo_ray.episode import png_bytes
 from robo_ray.images import decode_image
-from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
-                                      compare_samples, sample_indices, spread_sample)
+from robo_ray.stages.check_records import UnitCheck, UnitChecks, ValidationResult
+from robo_ray.stages.norm_stats import StatsAccumulator
+from robo_ray.stages.sample_compare import WrittenSample, compare_samples
+from robo_ray.stages.sampling import sample_indices, spread_sample
 from robo_ray.storage import hash_file, join, open_sequential, sha256_file
 from robo_ray.writers.base import UnitResult, VerifyContext
 from robo_ray.writers.committed import listed_sizes, uncommitted_units
