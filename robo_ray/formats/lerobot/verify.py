@@ -51,7 +51,8 @@ from robo_ray.writers.base import UnitResult, VerifyContext
 from robo_ray.writers.committed import uncommitted_units
 
 if TYPE_CHECKING:
-    from robo_ray.formats.lerobot.writer import Feature, LeRobotWriter
+    from robo_ray.formats.lerobot.layout import Feature
+    from robo_ray.formats.lerobot.writer import LeRobotWriter
 
 TOLERANCE_S = 1e-4  # lerobot's tolerance_s: |decoded frame time - query| must be strictly below it
 REQUIRED_INFO = ("codebase_version", "fps", "features", "total_episodes", "total_frames", "total_tasks",
