@@ -14,7 +14,8 @@ import argparse
 import time
 
 from robo_ray.cli import _load_output
-from robo_ray.stages.validate import UnitChecks, ValidationResult, Validator, run_unit_check
+from robo_ray.stages.check_records import UnitChecks, ValidationResult
+from robo_ray.stages.validate import Validator, run_unit_check
 from robo_ray.writers.base import Writer
 
 

@@ -281,7 +281,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from robo_ray.stages.validate import Validator, write_validation_outputs
+    from robo_ray.stages.validate import Validator
+    from robo_ray.stages.validation_report import write_validation_outputs
 
     out = _load_output(args.dst)
     fs, root, mapping = out["fs"], out["root"], out["mapping"]

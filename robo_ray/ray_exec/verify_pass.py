@@ -9,7 +9,8 @@ import ray
 
 from robo_ray.episode import EpisodeRef
 from robo_ray.readers.base import Reader
-from robo_ray.stages.validate import UnitCheck, UnitCheckRunner, run_unit_check
+from robo_ray.stages.check_records import UnitCheck
+from robo_ray.stages.validate import UnitCheckRunner, run_unit_check
 from robo_ray.writers import UnitResult, VerifyContext, Writer, writer_class
 
 TASKS_PER_CPU = 4  # batches per CPU: small enough to balance, large enough that a task's start-up is paid rarely

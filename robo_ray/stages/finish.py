@@ -14,7 +14,9 @@ from robo_ray.stages.publish import dataset_checksums, final_report, write_logs
 from robo_ray.stages.report_html import start_samples, try_write_report_html
 from robo_ray.stages.run_log import RunLog, RunOutcome
 from robo_ray.stages.timings import StageClock
-from robo_ray.stages.validate import UnitCheckRunner, UnitChecks, Validator, write_validation_outputs
+from robo_ray.stages.check_records import UnitChecks
+from robo_ray.stages.validate import UnitCheckRunner, Validator
+from robo_ray.stages.validation_report import write_validation_outputs
 from robo_ray.storage import join, write_text_atomic
 from robo_ray.writers import Writer
 

@@ -33,7 +33,8 @@ from robo_ray.stages.run_log import RunLog, RunOutcome
 from robo_ray.stages.spec import write_spec_outputs
 from robo_ray.stages.target_setup import apply_val_split, make_writer, resolve_mapping
 from robo_ray.stages.timings import StageClock
-from robo_ray.stages.validate import UnitVerifySpec, sample_ids
+from robo_ray.stages.sampling import sample_ids
+from robo_ray.stages.validate import UnitVerifySpec
 from robo_ray.storage import join, url_to_fs, write_text_atomic
 from robo_ray.watchdog import Limits
 from robo_ray.writers import UnitResult, Writer

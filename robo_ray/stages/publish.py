@@ -9,7 +9,8 @@ from typing import Any
 
 from robo_ray.readers.base import Inventory
 from robo_ray.stages.timings import StageClock, write_timings
-from robo_ray.stages.validate import STATUS_MARKS, ValidationResult, marked_verdict
+from robo_ray.stages.check_records import ValidationResult
+from robo_ray.stages.validation_report import STATUS_MARKS, marked_verdict
 from robo_ray.storage import join, sha256_file, write_bytes_atomic, write_text_atomic
 from robo_ray.writers import Writer
 

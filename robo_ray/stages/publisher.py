@@ -25,7 +25,7 @@ from robo_ray.stages.run_log import RunLog, RunOutcome, utc_now
 from robo_ray.stages.target_setup import make_writer
 from robo_ray.stages.timings import StageClock
 from robo_ray.stages.unit_failures import UNIT_FAILED, quarantine_unit
-from robo_ray.stages.validate import UnitCheck, UnitChecks
+from robo_ray.stages.check_records import UnitCheck, UnitChecks
 from robo_ray.storage import url_to_fs
 from robo_ray.watchdog import Limits
 from robo_ray.writers import UnitResult

@@ -18,7 +18,8 @@ from PIL import Image
 
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.report_samples import EpisodeSample, FramePair, Samples, collect
-from robo_ray.stages.validate import ValidationResult, dataset_statistics
+from robo_ray.stages.check_records import ValidationResult
+from robo_ray.stages.validation_report import dataset_statistics
 from robo_ray.storage import join, write_text_atomic
 from robo_ray.writers import Writer
 

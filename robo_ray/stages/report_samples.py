@@ -12,7 +12,8 @@ from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
 from robo_ray.readers import open_reader
 from robo_ray.readers.base import Inventory, Reader
 from robo_ray.stages.source_frames import source_frames
-from robo_ray.stages.validate import _resize_like, psnr, sample_indices
+from robo_ray.stages.sample_compare import psnr, resize_like
+from robo_ray.stages.sampling import sample_indices
 from robo_ray.storage import join
 from robo_ray.writers import Writer
 
@@ -136,7 +137,7 @@ def frame_pairs(written: list[np.ndarray] | None, source: list[np.ndarray] | Non
         w = written[k] if written else None
         s = source[k] if source else None
         if s is not None and w is not None and s.shape != w.shape:
-            s = _resize_like(s, w.shape)
+            s = resize_like(s, w.shape)
         out.append(FramePair(pos, step, s, w, psnr(s, w) if s is not None and w is not None else None))
     return out
 

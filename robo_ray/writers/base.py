@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from robo_ray.mapping import ImageOptions, Mapping
     from robo_ray.readers.base import Inventory, Reader
     from robo_ray.stages.plan import Unit
-    from robo_ray.stages.validate import UnitCheck, UnitChecks, ValidationResult
+    from robo_ray.stages.check_records import UnitCheck, UnitChecks, ValidationResult
 
 
 class EpisodeSteps(Sequence[tuple[int, int]]):

@@ -47,7 +47,7 @@ def _minari(kind: str, fmt: str, jpeg: bool = True) -> Maker:
 
 
 def _ortf_from_lerobot(tmp: Path) -> Path:
-    from robo_ray.formats.ortf.writer import write_ortf
+    from robo_ray.formats.ortf.api import write_ortf
 
     src = write_lerobot_dataset(tmp / "lerobot", DatasetSpec(version="v2.1", episode_lengths=[6, 5]))
     write_ortf(str(src), str(tmp / "ortf"))

@@ -171,7 +171,7 @@ def test_edited_view_changes_the_order_and_shows_in_mapping_md() -> None:
 
 
 def test_lerobot_camera_keys_stay_unique_and_follow_the_views() -> None:
-    from robo_ray.formats.lerobot.writer import plan_layout
+    from robo_ray.formats.lerobot.layout import plan_layout
 
     inv = _inventory({"wrist_image": ("observation/wrist_image", "uint8"), "image": ("observation/image", "uint8"),
                       "top.image": ("observation/top_image", "uint8")})

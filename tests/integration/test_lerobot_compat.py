@@ -33,7 +33,7 @@ import av
 import numpy as np
 import pytest
 
-from robo_ray.formats.lerobot.writer import camera_key
+from robo_ray.formats.lerobot.layout import camera_key
 from robo_ray.readers import open_reader
 from robo_ray.stages.spec import load_mapping
 from tests.compat.venvs import VenvError, ensure_lerobot_venv_timed, lerobot_read, lerobot_reference

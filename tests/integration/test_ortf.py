@@ -14,7 +14,7 @@ from robo_ray.config import load_config
 from robo_ray.errors import ConfigError
 from robo_ray.readers import open_reader
 from robo_ray.stages.pipeline import run_pipeline
-from robo_ray.formats.ortf.writer import write_ortf
+from robo_ray.formats.ortf.api import write_ortf
 from tests.conftest import decode_all_frames, load_rlds, psnr, run_cli
 from tests.fixtures import ortf_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset

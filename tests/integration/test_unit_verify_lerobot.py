@@ -28,7 +28,7 @@ from robo_ray.config import load_config
 from robo_ray.formats.lerobot.verify import LeRobotVerifier
 from robo_ray.formats.lerobot.writer import LeRobotWriter
 from robo_ray.stages.pipeline import run_pipeline
-from robo_ray.stages.validate import UnitCheck
+from robo_ray.stages.check_records import UnitCheck
 from robo_ray.writers.base import Writer
 from tests.conftest import UnitCheckSpy, run_cli
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from robo_ray.stages.report_html import checks_section
-from robo_ray.stages.validate import ValidationResult, diff_summary, diff_summary_text, validation_markdown
+from robo_ray.stages.check_records import ValidationResult
+from robo_ray.stages.validation_report import diff_summary, diff_summary_text, validation_markdown
 
 REASON = "tensorflow-datasets is not installed (pip install 'robo-ray[tf]')"
 

@@ -19,7 +19,8 @@ from robo_ray.stages.discover import episode_index_csv, episode_index_rows, writ
 from robo_ray.stages.journal import ledger_text
 from robo_ray.stages.resume import plan_fingerprint
 from robo_ray.stages.plan import plan_split_units, plan_units
-from robo_ray.stages.validate import ValidationResult, diff_summary, diff_summary_text
+from robo_ray.stages.check_records import ValidationResult
+from robo_ray.stages.validation_report import diff_summary, diff_summary_text
 from robo_ray.writers.base import EpisodeSteps, UnitResult
 
 

@@ -1,8 +1,8 @@
 """Issue #30: no import circle inside robo_ray/. The graph is built from the AST: every `import` and
 `from ... import` anywhere in a module counts (a lazy import inside a function still ties the two modules
 together), except those under `if TYPE_CHECKING:`, which never run. (Counting those too still finds cycles made of
-type hints only: the writers' contract names stages/validate.py's check records, each verifier names its writer's
-class, formats/lerobot/checks.py its reader's.)"""
+type hints only: a format's verifier, sink and finalize modules name their writer's class,
+formats/lerobot/checks.py its reader's.)"""
 from __future__ import annotations
 
 import ast

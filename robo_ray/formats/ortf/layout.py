@@ -1,12 +1,14 @@
 """What the ORTF writer and its verifier agree on: the dataset's file names, how mapping targets become steps.parquet
-columns and cameras, the Arrow schemas, chunk and episode names."""
+columns and cameras, the Arrow schemas, chunk and episode names, `parquet_bytes` (zstd)."""
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from robo_ray.mapping import FieldMap, Mapping
 
@@ -18,6 +20,8 @@ STATS = "meta/stats.json"
 
 
 # ---- layout: mapping targets -> ORTF columns and cameras --------------------------------------------------------
+
+
 @dataclass
 class Layout:
     """How mapping targets become ORTF columns and cameras."""
@@ -103,3 +107,10 @@ def chunk_name(index: int, num_units: int) -> str:
 def episode_id(index: int) -> str:
     """The episode's id in the output: its source episode index, zero-padded (the ORTF reader gives it back)."""
     return f"{index:06d}"
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """The bytes of an ORTF parquet file (zstd): steps.parquet and meta/episodes.parquet."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()

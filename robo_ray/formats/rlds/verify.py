@@ -17,8 +17,10 @@ from robo_ray.formats.rlds.readback import ReadbackUnavailable, readback_process
 from robo_ray.formats.rlds.schema import shard_filename
 from robo_ray.formats.rlds.tfrecord import iter_records
 from robo_ray.images import decode_image
-from robo_ray.stages.validate import (StatsAccumulator, UnitCheck, UnitChecks, ValidationResult, WrittenSample,
-                                      compare_samples, sample_indices, spread_sample)
+from robo_ray.stages.check_records import UnitCheck, UnitChecks, ValidationResult
+from robo_ray.stages.norm_stats import StatsAccumulator
+from robo_ray.stages.sample_compare import WrittenSample, compare_samples
+from robo_ray.stages.sampling import sample_indices, spread_sample
 from robo_ray.storage import HashingReader, is_local, join, open_sequential
 from robo_ray.writers.base import UnitResult, VerifyContext
 from robo_ray.writers.committed import uncommitted_units
