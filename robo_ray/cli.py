@@ -48,6 +48,9 @@ def _common_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES, default="in-process",
                    help="in-process (no Ray), safe (1 Ray actor), parallel-half, parallel-max")
     p.add_argument("--actors", type=int, help="explicit number of Ray actors")
+    p.add_argument("--max-actors", type=int, metavar="N",
+                   help="the most actors the pool may grow to on an autoscaling cluster (when Ray does not expose "
+                        "the autoscaler's ceiling); it starts with what fits and grows as nodes join")
     p.add_argument("--address", help="Ray address: auto | ray://host:port | local (default: in-process ray.init)")
     p.add_argument("--shared-destination", action="store_true",
                    help="DST is a local path every node of the Ray cluster sees (NFS, a shared volume): allowed on "
@@ -135,12 +138,12 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def _executor(args: argparse.Namespace):
-    if args.mode == "in-process" and not args.actors and not args.address:
+    if args.mode == "in-process" and not args.actors and not args.max_actors and not args.address:
         return None
     from robo_ray.ray_exec.executor import RayExecutor  # only here: the core never imports Ray
 
     executor = RayExecutor(mode=args.mode if args.mode != "in-process" else "safe", actors=args.actors,
-                           address=args.address)
+                           address=args.address, max_actors=args.max_actors)
     _RAY_EXECUTORS.append(executor)
     return executor
 

@@ -1,4 +1,4 @@
-"""Ray execution of the Convert stage (actor pool via Ray Data) and the Publisher actor. The only package of
+"""Ray execution of the Convert stage (a Ray Dataset on Ray Data's autoscaling actor pool) and the Publisher actor. The only package of
 robo_ray that imports Ray; see executor.py for the design."""
 from robo_ray.ray_exec.executor import RayExecutor, actors_for_mode
 

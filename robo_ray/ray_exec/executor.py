@@ -1,45 +1,53 @@
-"""`RayExecutor`: the Convert stage on Ray, with a Publisher actor doing the journal, the commit and Validate.
+"""`RayExecutor`: the Convert stage as a Ray Dataset on Ray Data's autoscaling actor pool, with a Publisher actor
+doing the journal, the commit and Validate.
 
 How a job runs (driver = the process that called `run_pipeline`, e.g. `robo-ray run` or `ray_jobs.convert`):
 
-1. `start()` (called by `run_pipeline` before Discover) brings Ray and the pool's actors up in a background thread,
-   so `ray.init` (~6 s here: GCS, raylet, API server) and the actors' imports overlap Discover and Spec.
-2. The driver discovers the source (it reads the episode index through fsspec) and plans the units (one unit = one
-   output shard = an ordered run of episodes sharing source files). The pool is a plain list of `UnitActor`s
-   spread over the cluster's nodes (`scheduling_strategy="SPREAD"`); the driver keeps one unit in flight per actor (`ray.wait`), longest units first. A call carries the job by
-   reference (`WorkerContext`, put once) and the pickled `Unit` (episode refs only, no data). Each actor builds one
-   `UnitConverter` per job and keeps it (PyAV containers, filesystems, JPEG encoders) across units; it reads,
-   decodes, encodes and writes its shard itself and returns a ~1 KB dict: frames never enter the object store.
-3. A `Publisher` actor (`num_cpus=0`; the same class the in-process path uses) receives `begin`/`record` calls from
-   the workers: it counts attempts, appends progress.jsonl, keeps ledger.json, and at the end writes
-   features.json + dataset_info.json (the commit), runs Validate and Publish and returns the `RunOutcome`.
+1. `start()` (called by `run_pipeline` before Discover) brings Ray up in a background thread, with the Publisher
+   actor and Ray Data's import, so `ray.init` (~6 s here: GCS, raylet, API server) overlaps Discover and Spec.
+2. The driver discovers the source and plans the units (one unit = one output shard = an ordered run of episodes
+   sharing source files). The pending units become a Ray Dataset, one row per unit (its index and the pickled
+   `Unit`: episode refs only, never frames), longest first, one block per row. `map_batches(UnitMapper,
+   batch_size=1, compute=ActorPoolStrategy(min_size=1, max_size=N, initial_size=what fits now,
+   max_tasks_in_flight_per_actor=1))` converts them: each actor keeps its `UnitConverter` (PyAV containers,
+   filesystems, JPEG encoders) across units, reads, decodes, encodes and writes its shard itself and returns a
+   ~1 KB row; frames never enter the object store.
+3. Elastic (robo_ray/ray_exec/sizing.py): N is the cluster's ceiling, not its present: `--actors`, else
+   `--max-actors`, else the mode applied to what the autoscaler may grow to (when Ray exposes it). On a cluster
+   this driver joined, the job asks the autoscaler for one CPU bundle per actor it can use
+   (`request_resources`), so nodes are added; Ray Data's pool grows onto them (its upscaling threshold is set to
+   1.0: one unit in flight per actor), shrinks when units run out, and the ask shrinks with the units left, so idle
+   nodes can go at the tail; it is withdrawn at the end. The final report names the actors and nodes used.
+4. A `Publisher` actor (`num_cpus=0`; the same class the in-process path uses) receives `begin`/`record` calls from
+   the workers: it counts attempts, appends progress.jsonl, keeps ledger.json, and at the end writes the dataset's
+   metadata (the commit), runs Validate and Publish and returns the `RunOutcome`.
 
-Bounded retries: actors restart without limit (`max_restarts=-1`: a killed actor must come back) and Ray never
-retries a call (`max_task_retries=0`); the driver resubmits a unit whose call failed (actor died, killed by the
-watchdog, or a Python exception). Every call first asks the Publisher `begin(unit)`, which increments the unit's
-attempt count; when the count exceeds `max_attempts`, the worker does not touch the unit again: it commits an empty
-shard whose episodes are all quarantined (EP900 "worker crashed N times", or EP901 with the last exception) and the
-job goes on. As a backstop the driver stops resubmitting after `max_attempts + 2` calls; the Publisher then
-quarantines the unit (EP901) before the commit.
+Bounded attempts, in rounds: every conversion first asks the Publisher `begin(unit)`, which counts the unit's
+attempt; once the count exceeds `max_attempts` the worker commits the unit with every episode quarantined (EP900
+"worker crashed N times", EP901 with the last exception, EP902 timed out) and the job goes on. A Python exception
+is retried at once by the same actor (`UnitMapper`). A crash, a watchdog kill or a lost node fails the unit's Ray
+task (`max_task_retries=0`; Ray Data skips the failed block: `max_errored_blocks=-1`); the actor itself restarts
+(`max_restarts=-1`, elsewhere if its node is gone). The units that did not come back run again in another Ray
+Data pass, up to `max_attempts + 2` passes; what is still missing then is quarantined by the Publisher (EP901).
+Nothing is written twice: a unit's files are committed atomically under plan names, and a unit already recorded
+comes back from `begin` as done.
 
-Why not Ray Data (used until #15): `from_items(...).map_batches(ActorPoolStrategy)` cost 6.2 s for a 2-unit job
-against 1.9 s for the same two actors called directly (/tmp measurement in docs/NOTES.md), its pool cannot start
-before the job's plan exists, and its retry semantics (`max_task_retries=-1`) had to be bounded from outside.
+Why Ray Data now (it was taken out in #15 for its start-up cost): the pool must grow with an autoscaling cluster
+and shrink at the tail, and Ray Data's actor pool does both; its start-up is measured in bench/ (docs/NOTES.md).
 
-Modes: safe = 1 actor; parallel-half = half the cluster's CPUs; parallel-max = all CPUs but one (at least 1);
+Modes: safe = 1 actor; parallel-half = half the ceiling's CPUs; parallel-max = all but one (at least 1);
 `actors=N` overrides. More actors than units are never started. Address: None = in-process `ray.init()` (or the
 cluster in `RAY_ADDRESS`, which `ray job submit` sets); "local" = always a new in-process instance; "auto" = the
 `ray start` cluster of this machine; "ray://host:port" = Ray Client. `node_count()` tells `run_pipeline` how many
-nodes the pool runs on: a local destination on more than one node is refused unless declared shared (RR205).
+nodes the pool may run on: a local destination on more than one node is refused unless declared shared (RR205).
 
 Watchdog (issue #9, robo_ray/watchdog.py): each worker names its actor handle in `begin` and sends the coordinator
 heartbeats (episode started, file opened, frames decoded). While the pool runs, a driver thread asks the coordinator
 every `Limits.poll_interval()` for attempts that are silent longer than `convert.read_timeout_s` or running longer
-than `convert.unit_timeout_s`, and `ray.kill`s their actors (`no_restart=False`: Ray restarts the actor and retries
-the task, which counts as an attempt). The retry converts the unit without the episode that timed out (quarantined
-EP902, naming the file); a unit that times out as a whole is quarantined EP902 once its attempts are used up. The
-other actors keep converting meanwhile. The decision is made in the driver, not in the actor, because an actor
-stuck in C code may not run any Python at all.
+than `convert.unit_timeout_s`, and `ray.kill`s their actors (`no_restart=False`: Ray restarts the actor). The next
+attempt converts the unit without the episode that timed out (quarantined EP902, naming the file); a unit that
+times out as a whole is quarantined EP902 once its attempts are used up. The decision is made in the driver, not in
+the actor, because an actor stuck in C code may not run any Python at all.
 
 Progress: `progress(Progress)` per episode (robo_ray/stages/progress.py; the CLI draws a bar on a TTY): the
 actors' heartbeats carry their unit's episode / frame / quarantine counts to the Publisher, and a driver thread
@@ -55,144 +63,59 @@ import sys
 import threading
 import time
 import uuid
-from collections import deque
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, Iterator, TextIO
 
 import ray
 
 from robo_ray.errors import RoboRayError, UsageError
 from robo_ray.executors.base import JobSpec
 from robo_ray.ray_exec.faults import FaultPlan
-from robo_ray.ray_exec.worker import AttemptCounter, LatePublisher, UnitActor, WorkerContext
+from robo_ray.ray_exec.sizing import MODES, PoolSize, ResourceAsk, actors_for_mode, autoscaler_ceiling_cpus
+from robo_ray.ray_exec.status import Status
+from robo_ray.ray_exec.worker import AttemptCounter, LatePublisher, WorkerContext
 from robo_ray.stages.plan import Unit
-from robo_ray.stages.progress import ProgressFn, ProgressTracker
+from robo_ray.stages.progress import ProgressFn
 from robo_ray.stages.publisher import PublishSpec
 from robo_ray.stages.run_log import RunOutcome
 from robo_ray.stages.unit_failures import UNIT_FAILED, quarantine_lines, quarantine_unit
 from robo_ray.watchdog import Limits
 from robo_ray.writers import UnitResult
 
-MODES = ("safe", "parallel-half", "parallel-max")
 DEFAULT_MAX_ATTEMPTS = 3
-PROGRESS_POLL_S = 0.5  # the progress display asks the Publisher for the actors' latest snapshots this often
-PROBES_MAX = 20  # readiness probes of a failed actor before the pool gives up on it
+USAGE_POLL_S = 1.0  # how often the driver samples the actors in flight (the peak in the report)
 log = logging.getLogger("robo_ray.ray_exec")
 
-
-def actors_for_mode(mode: str, cluster_cpus: float, actors: int | None = None) -> int:
-    """Actor count for a mode on a cluster with `cluster_cpus` CPUs (explicit `actors` wins)."""
-    if actors:
-        return max(1, int(actors))
-    cpus = max(1, int(cluster_cpus))
-    if mode == "safe":
-        return 1
-    if mode == "parallel-half":
-        return max(1, cpus // 2)
-    if mode == "parallel-max":
-        return max(1, cpus - 1)
-    raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-
-
-class _Status:
-    """Counts finished work; prints a one-line status periodically (job logs), or feeds the progress display per
-    episode: `poll()` returns the Publisher's in-flight snapshots (the actors' heartbeats), asked every
-    PROGRESS_POLL_S."""
-
-    def __init__(self, total_units: int, total_eps: int, total_steps: int, stream: TextIO,
-                 progress: ProgressFn | None, interval_s: float, label: str,
-                 poll: Callable[[], dict[int, dict[str, Any]]] | None = None) -> None:
-        self.total_units, self.total_eps, self.total_steps = total_units, total_eps, total_steps
-        self.units = self.eps = self.steps = self.quarantined = 0
-        self.stream, self.interval_s, self.label = stream, interval_s, label
-        self.tracker = ProgressTracker(progress, total_eps, total_steps) if progress else None
-        self.poll = poll
-        self.t0 = time.monotonic()
-        self.steps_at_start = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._poller: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.steps_at_start = self.steps
-        self.t0 = time.monotonic()
-        if self.tracker is not None:
-            self.tracker.start({"episodes_done": self.eps, "steps_done": self.steps,
-                                "quarantined": self.quarantined})
-            if self.poll is not None:
-                self._poller = threading.Thread(target=self._poll_loop, name="robo-ray-progress", daemon=True)
-                self._poller.start()
-        if self.interval_s > 0:
-            self.line()
-            self._thread = threading.Thread(target=self._loop, name="robo-ray-status", daemon=True)
-            self._thread.start()
-
-    def add(self, res: UnitResult) -> None:
-        self.units += 1
-        self.eps += len(res.episodes) + len(res.quarantined)
-        self.steps += sum(s for _, s in res.episodes)
-        self.quarantined += len(res.quarantined)
-        if self.tracker is not None:
-            self.tracker.unit_done(res)
-
-    def _poll_loop(self) -> None:
-        while not self._stop.wait(PROGRESS_POLL_S):
-            try:
-                self.tracker.in_flight(self.poll())  # type: ignore[misc,union-attr]
-            except Exception as exc:  # noqa: BLE001 - the display must never break a run
-                log.debug("progress: no answer from the publisher: %s", exc)
-
-    def fps(self) -> float:
-        dt = time.monotonic() - self.t0
-        return (self.steps - self.steps_at_start) / dt if dt > 0 else 0.0
-
-    def line(self) -> None:
-        el = int(time.monotonic() - self.t0)
-        print(f"robo-ray [{self.label}] {self.units}/{self.total_units} shards, {self.eps}/{self.total_eps} "
-              f"episodes, {self.steps}/{self.total_steps} frames, {self.fps():.1f} frames/s, "
-              f"{self.quarantined} quarantined, elapsed {el // 3600:d}:{el // 60 % 60:02d}:{el % 60:02d}",
-              file=self.stream, flush=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.line()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._poller is not None:
-            self._poller.join(timeout=1)
-        if self.tracker is not None:
-            self.tracker.finish()
-        if self._thread is not None:
-            self._thread.join(timeout=1)
-            self.line()
+__all__ = ["RayExecutor", "actors_for_mode", "MODES"]
 
 
 class RayExecutor:
-    """Converts units on a Ray actor pool (see the module docstring)."""
+    """Converts units on Ray Data's autoscaling actor pool (see the module docstring)."""
 
     def __init__(self, mode: str = "safe", actors: int | None = None, address: str | None = None, *,
-                 max_attempts: int | None = None, status_interval_s: float | None = None,
-                 object_store_mb: int = 256, num_cpus: int | None = None) -> None:
+                 max_actors: int | None = None, max_attempts: int | None = None,
+                 status_interval_s: float | None = None, object_store_mb: int = 256,
+                 num_cpus: int | None = None) -> None:
         if mode not in MODES:
             raise UsageError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-        if actors is not None and actors < 1:
-            raise UsageError(f"--actors must be at least 1, got {actors}")
-        self.mode, self.actors, self.address = mode, actors, address
+        for flag, value in (("--actors", actors), ("--max-actors", max_actors)):
+            if value is not None and value < 1:
+                raise UsageError(f"{flag} must be at least 1, got {value}")
+        self.mode, self.actors, self.max_actors, self.address = mode, actors, max_actors, address
         env_attempts = os.environ.get("ROBO_RAY_MAX_ATTEMPTS")
         self.max_attempts = max(1, int(max_attempts or env_attempts or DEFAULT_MAX_ATTEMPTS))
         if status_interval_s is None:
             status_interval_s = float(os.environ.get("ROBO_RAY_STATUS_INTERVAL_S", "10"))
         self.status_interval_s = status_interval_s
         self.object_store_mb, self.num_cpus = object_store_mb, num_cpus
-        self.last_actor_count: int | None = None
+        self.last_actor_count: int | None = None  # the pool's maximum for the last job
         self.last_attempts: dict[int, int] = {}
+        self.usage = PoolUsage()
         self._cluster_cpus: float | None = None
         self._started_ray = False
         self.publisher_name: str | None = None
-        self._starter: threading.Thread | None = None  # `start`: brings Ray and the pool up in the background
+        self._starter: threading.Thread | None = None  # `start`: brings Ray up in the background
         self._ready, self._release = threading.Event(), threading.Event()
         self._start_error: BaseException | None = None
-        self._pool: list[Any] = []
         self._publisher: Any = None  # a LatePublisher actor started by `start`, opened by `run_job`
 
     # ---- cluster ----------------------------------------------------------------------------------------------
@@ -200,11 +123,12 @@ class RayExecutor:
     def name(self) -> str:
         if self._cluster_cpus is None:
             return f"ray {self.mode}" + (f" ({self.actors} actors)" if self.actors else "")
-        n = self.last_actor_count or actors_for_mode(self.mode, self._cluster_cpus, self.actors)
-        return f"ray {self.mode if not self.actors else 'explicit'}: {n} actor(s) on {self._cluster_cpus:g} CPUs"
+        n = self.last_actor_count or actors_for_mode(self.mode, self._cluster_cpus, self.actors or self.max_actors)
+        how = "explicit" if self.actors else ("elastic" if self.max_actors else self.mode)
+        return f"ray {how}: up to {n} actor(s), {self._cluster_cpus:g} CPUs at start"
 
     def connect(self) -> float:
-        """Initialise Ray if needed; returns the cluster's CPU count."""
+        """Initialise Ray if needed; returns the cluster's CPU count now."""
         if threading.current_thread() is not self._starter:
             self._join_starter()
         if not ray.is_initialized():
@@ -222,7 +146,7 @@ class RayExecutor:
                     where = addr or os.environ.get("RAY_ADDRESS")
                     raise UsageError(f"cannot connect to the Ray cluster at {where}: {exc}") from exc
             self._started_ray = True
-        self._cluster_cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        self._cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
         return self._cluster_cpus
 
     def _own_instance(self) -> bool:
@@ -231,12 +155,15 @@ class RayExecutor:
         return addr in (None, "", "local") and not (addr is None and os.environ.get("RAY_ADDRESS"))
 
     def node_count(self) -> int:
-        """Alive nodes of the cluster the pool runs on: 1 for the in-process instance this executor would start
-        (known without starting it), else asked of the cluster (connecting first)."""
+        """Nodes the pool may run on: 1 for the in-process instance this executor would start (known without
+        starting it); on a cluster, the alive nodes, and at least 2 when its autoscaler may add CPUs (a node that
+        joins later must see the destination too)."""
         if not ray.is_initialized() and self._own_instance():
             return 1
-        self.connect()
-        return sum(1 for node in ray.nodes() if node.get("Alive"))
+        cpus = self.connect()
+        alive = sum(1 for node in ray.nodes() if node.get("Alive"))
+        ceiling = autoscaler_ceiling_cpus()
+        return max(alive, 2) if ceiling and ceiling > cpus else alive
 
     def owns_instance(self) -> bool:
         """Whether this executor started the Ray instance it runs on (rather than joining a cluster)."""
@@ -281,23 +208,23 @@ class RayExecutor:
         self._release.set()
         self._starter = None
 
-    # ---- the actor pool ---------------------------------------------------------------------------------------
+    # ---- start-up ---------------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Bring the cluster and the pool's actors up in the background while Discover and Spec run on the driver
-        (`_stream` waits for them). Without it, `_stream` starts them itself."""
+        """Bring the cluster, the Publisher actor and Ray Data's import up in the background while Discover and
+        Spec run on the driver (`connect` waits for them)."""
         if self._starter is None:
             self._ready.clear()
-            self._starter = threading.Thread(target=self._start_pool, name="robo-ray-start", daemon=True)
+            self._starter = threading.Thread(target=self._start_cluster, name="robo-ray-start", daemon=True)
             self._starter.start()
 
-    def _start_pool(self) -> None:
+    def _start_cluster(self) -> None:
         # ray.init off the main thread warns that it set no SIGTERM handler: SIGTERM then ends the driver the
         # default way and the head processes it started go with it (fate-shared), which is what a CLI wants
         logging.getLogger("ray._private.worker").addFilter(_DropMessage("SIGTERM handler is not set"))
         try:
-            cpus = self.connect()
-            self._pool = self._new_actors(actors_for_mode(self.mode, cpus, self.actors), cpus)
+            self.connect()
             self._publisher = self._new_publisher()  # its process and imports too, before the job is known
+            import ray.data  # noqa: F401 - ~1 s of imports, off the critical path
         except BaseException as exc:  # noqa: BLE001 - raised again in the driver's thread by `_join_starter`
             self._start_error = exc
         finally:
@@ -314,15 +241,6 @@ class RayExecutor:
             err, self._start_error = self._start_error, None
             raise err
 
-    def _new_actors(self, n: int, cpus: float) -> list[Any]:
-        """n pool actors: unlimited restarts (a killed actor comes back), no task retries (the executor resubmits,
-        bounded by the attempt count), one CPU each unless more actors than CPUs were asked for, spread over the
-        cluster's nodes (SPREAD: with 2 nodes, 2 actors run on different nodes, not both on the driver's)."""
-        cpus_per_actor = 1.0 if n <= cpus else max(0.01, round(cpus / n, 2))
-        cls = ray.remote(UnitActor).options(num_cpus=cpus_per_actor, max_restarts=-1, max_task_retries=0,
-                                            scheduling_strategy="SPREAD")
-        return [cls.remote() for _ in range(n)]
-
     def _new_publisher(self) -> Any:
         """A Publisher actor waiting for its job (`LatePublisher.open`): named, so an operator (or a test) can
         look at a running job: ray.get_actor(name).status.remote()."""
@@ -330,84 +248,46 @@ class RayExecutor:
         cls = ray.remote(num_cpus=0, max_restarts=0)(LatePublisher)
         return cls.options(name=self.publisher_name).remote()
 
-    def _actors(self, n: int) -> list[Any]:
-        """n actors of the pool: the ones `start` brought up (extras killed), more if needed."""
-        cpus = self.connect()
-        pool, extra, self._pool = self._pool[:n], self._pool[n:], []
-        for actor in extra:
-            ray.kill(actor)
-        if len(pool) < n:
-            pool += self._new_actors(n - len(pool), cpus)
-        return pool
-
+    # ---- the Ray Dataset --------------------------------------------------------------------------------------
     def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any) -> Iterator[UnitResult]:
-        """Run `units` on the pool; yield each unit's result as it finishes (any order). A unit whose call fails
-        (its actor died, was killed by the watchdog, or raised) is resubmitted: the worker's `begin` counts the
-        attempt and quarantines the unit once `max_attempts` is used up; a unit still failing after
-        `max_attempts + 2` calls is given up (absent from the results; the caller quarantines it)."""
+        """Convert `units` in rounds of Ray Data passes; yield each unit's result once, as it finishes (any
+        order). Units whose task failed (crash, kill, lost node) run again in the next round; after
+        `max_attempts + 2` rounds the rest is given up (absent from the results; the caller quarantines it)."""
         cpus = self.connect()
-        n = max(1, min(actors_for_mode(self.mode, cpus, self.actors), len(units)))
-        self.last_actor_count = n
+        size = PoolSize.plan(self.mode, self.actors, self.max_actors, cpus, len(units))
+        self.last_actor_count = size.max_size
         faults = FaultPlan.from_env()
         if faults.active:
             log.warning("TEST-ONLY fault injection active: %s", faults.describe())
             print(f"robo-ray: WARNING test-only fault injection active: {faults.describe()}", file=sys.stderr)
-        actors = self._actors(n)
-        ctx = ray.put(WorkerContext(uuid.uuid4().hex, job, coordinator, self.max_attempts, faults, cpus / n))
-        # longest units first (LPT): the pool's last unit is a short one, so no actor idles through a long tail
-        queue = deque(sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index)))
-        calls: dict[int, int] = {}
-        running: dict[Any, tuple[Any, Unit | None]] = {}  # call -> (actor, its unit; None: a readiness probe)
-        probes: dict[Any, int] = {}  # actor -> readiness probes sent since its call failed
-        idle = list(actors)
+        share = max(cpus, size.cpus_per_actor * size.initial_size) / size.initial_size
+        ctx = ray.put(WorkerContext(uuid.uuid4().hex, job, coordinator, self.max_attempts, faults, share))
+        ask = ResourceAsk(active=not self._own_instance(), cpus_per_actor=size.cpus_per_actor)
+        remaining = {u.index: u for u in units}
         watchdog = _Watchdog(coordinator, job.limits)
+        sampler = _UsageSampler(coordinator, self.usage)
         watchdog.start()
+        sampler.start()
         try:
-            while queue or any(u is not None for _, u in running.values()):
-                while queue and idle:  # one unit in flight per actor: backpressure, no unit queued behind a slow one
-                    unit, actor = queue.popleft(), idle.pop()
-                    calls[unit.index] = calls.get(unit.index, 0) + 1
-                    running[actor.run_unit.remote(ctx, pickle.dumps(unit))] = (actor, unit)
-                if not running:  # every actor left the pool: the rest is given up (the caller quarantines it)
-                    log.warning("no actor left in the pool; %d unit(s) not converted", len(queue))
+            for round_no in range(self.max_attempts + 2):
+                if not remaining:
                     break
-                done, _ = ray.wait(list(running), num_returns=1)
-                actor, unit = running.pop(done[0])
-                try:
-                    row = ray.get(done[0])
-                except ray.exceptions.RayError as exc:
-                    self._probe(actor, running, probes)  # back to work once Ray has restarted it
-                    if unit is not None:
-                        self._resubmit_or_give_up(unit, calls[unit.index], exc, queue)
-                    continue
-                probes.pop(actor, None)
-                idle.append(actor)
-                if unit is not None:
-                    yield UnitResult.from_dict(row)
+                if round_no:
+                    log.info("round %d: %d unit(s) did not come back; converting them again", round_no + 1,
+                             len(remaining))
+                ask.want(min(size.max_size, len(remaining)))
+                for row in _unit_dataset(list(remaining.values()), ctx, size).iter_rows():
+                    res = UnitResult.from_dict(pickle.loads(row["result"]))
+                    self.usage.converted_on(str(row["worker"]), str(row["node"]))
+                    if remaining.pop(res.shard_index, None) is not None:
+                        yield res
+                    ask.want(min(size.max_size, len(remaining)))
+            if remaining:
+                log.warning("%d unit(s) did not come back after %d rounds", len(remaining), self.max_attempts + 2)
         finally:
+            sampler.stop()
             watchdog.stop()
-            for actor in actors:
-                ray.kill(actor)
-
-    def _resubmit_or_give_up(self, unit: Unit, calls: int, exc: Exception, queue: deque) -> None:
-        if calls < self.max_attempts + 2:
-            log.info("unit %s: call %d failed (%s); resubmitting", unit.index, calls, type(exc).__name__)
-            queue.appendleft(unit)
-        else:
-            log.warning("unit %s: giving up after %d calls: %s", unit.index, calls,
-                        str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
-
-    @staticmethod
-    def _probe(actor: Any, running: dict[Any, tuple[Any, Unit | None]], probes: dict[Any, int]) -> None:
-        """An actor whose call failed (it died, was killed by the watchdog, or raised) gets no unit until a
-        `ready` call answers: a unit sent to an actor Ray is still restarting would fail without an attempt.
-        An actor that stays unreachable for PROBES_MAX probes leaves the pool."""
-        n = probes.get(actor, 0) + 1
-        probes[actor] = n
-        if n <= PROBES_MAX:
-            running[actor.ready.remote()] = (actor, None)
-        else:
-            log.warning("an actor of the pool did not come back after %d restarts; continuing without it", n - 1)
+            ask.withdraw()
 
     def run(self, units: list[Unit], job: JobSpec) -> Iterator[UnitResult]:
         """The plain Executor protocol: results only (no Publisher actor)."""
@@ -418,9 +298,8 @@ class RayExecutor:
         seen: set[int] = set()
         try:
             for res in self._stream(units, job, counter):
-                if res.shard_index not in seen:
-                    seen.add(res.shard_index)
-                    yield res
+                seen.add(res.shard_index)
+                yield res
             self.last_attempts = ray.get(counter.get_attempts.remote())
         finally:
             ray.kill(counter)
@@ -432,28 +311,30 @@ class RayExecutor:
 
     def run_job(self, units: list[Unit], job: JobSpec, spec: PublishSpec, *,
                 progress: ProgressFn | None = None, stderr: TextIO | None = None) -> RunOutcome:
-        """Convert and publish: Publisher actor + actor pool. Returns the outcome computed by the Publisher."""
+        """Convert and publish: Publisher actor + the Ray Dataset. Returns the outcome computed by the Publisher."""
         stderr = stderr or sys.stderr
-        cpus = self.connect()
+        self.connect()
         publisher, self._publisher = self._publisher or self._new_publisher(), None
         try:
             ray.get(publisher.open.remote(spec))
-            return self._run_with_publisher(publisher, units, job, progress, stderr, cpus)
+            return self._run_with_publisher(publisher, units, job, progress, stderr)
         finally:
             ray.kill(publisher)
 
     def _run_with_publisher(self, publisher: Any, units: list[Unit], job: JobSpec,
-                            progress: ProgressFn | None, stderr: TextIO, cpus: float) -> RunOutcome:
+                            progress: ProgressFn | None, stderr: TextIO) -> RunOutcome:
         by_index = {u.index: u for u in units}  # the driver's own units: the plan is not shipped back
         pending: list[Unit] = [by_index[i] for i in ray.get(publisher.pending_indices.remote())]
-        self.last_actor_count = max(1, min(actors_for_mode(self.mode, cpus, self.actors), max(1, len(pending))))
-        spec_name = self.name
-        ray.get(publisher.set_executor_name.remote(spec_name))
+        size = PoolSize.plan(self.mode, self.actors, self.max_actors, self._cluster_cpus or 0.0,
+                             max(1, len(pending)))
+        self.last_actor_count = size.max_size
+        label = self.name
+        ray.get(publisher.set_executor_name.remote(label))
         st = ray.get(publisher.status.remote())
         interval = self.status_interval_s if not _isatty(stderr) else 0.0
-        status = _Status(len(units), st["episodes_total"], sum(sum(u.refs.lengths()) for u in units), stderr,
-                         progress, interval, spec_name,
-                         poll=lambda: ray.get(publisher.in_flight_progress.remote(), timeout=30))
+        status = Status(len(units), st["episodes_total"], sum(sum(u.refs.lengths()) for u in units), stderr,
+                        progress, interval, label,
+                        poll=lambda: ray.get(publisher.in_flight_progress.remote(), timeout=30))
         status.units, status.eps, status.steps = st["units_done"], st["episodes_done"], st["steps_done"]
         status.start()
         try:
@@ -465,6 +346,8 @@ class RayExecutor:
         finally:
             status.stop()
         self.last_attempts = ray.get(publisher.attempt_counts.remote())
+        if pending:
+            ray.get(publisher.set_executor_name.remote(f"{label}; {self.usage.describe()}"))
         try:
             outcome, echo = ray.get(publisher.finish.remote())
         except ray.exceptions.RayTaskError as exc:  # e.g. OutputConflict, StorageError: one line, not a traceback
@@ -477,6 +360,85 @@ class RayExecutor:
                 print(line, file=stderr, flush=True)
                 printed.add(line)
         return outcome
+
+
+def _unit_dataset(units: list[Unit], ctx: Any, size: PoolSize) -> Any:
+    """The Ray Dataset of one round: one row and one block per unit, longest first (the pool's last units are
+    short ones, so no actor idles through a long tail), mapped by `UnitMapper` on an autoscaling actor pool."""
+    import ray.data
+    from ray.data.context import AutoscalingConfig, DataContext
+
+    from robo_ray.ray_exec.mapper import UnitMapper
+
+    data_ctx = DataContext.get_current()
+    data_ctx.enable_progress_bars = False  # robo-ray's own display and status lines
+    data_ctx.max_errored_blocks = -1  # a unit whose task failed comes back in the next round, not as a job failure
+    # one unit in flight per actor: the pool's utilisation tops at 1.0, so grow at 1.0 (Ray Data's default 1.75
+    # assumes queued tasks) and release actors once half of them idle
+    data_ctx.autoscaling_config = AutoscalingConfig(actor_pool_util_upscaling_threshold=1.0,
+                                                    actor_pool_util_downscaling_threshold=0.5)
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its progress lines and "progress bars disabled"
+    ordered = sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index))
+    rows = [{"index": u.index, "unit": pickle.dumps(u)} for u in ordered]
+    top = min(size.max_size, len(rows))
+    compute = ray.data.ActorPoolStrategy(min_size=min(size.min_size, top), max_size=top,
+                                         initial_size=min(size.initial_size, top), max_tasks_in_flight_per_actor=1)
+    ds = ray.data.from_items(rows, override_num_blocks=len(rows))
+    return ds.map_batches(UnitMapper, fn_constructor_kwargs={"ctx": ctx}, batch_size=1, batch_format="numpy",
+                          compute=compute, num_cpus=size.cpus_per_actor, ray_remote_args_fn=_actor_options)
+
+
+def _actor_options() -> dict[str, Any]:
+    """The pool actors' Ray options: an actor restarts when it dies (elsewhere if its node is gone); Ray never
+    retries its task (the round loop does, bounded by the attempt count); spread over the nodes."""
+    return {"max_restarts": -1, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
+
+
+class PoolUsage:
+    """What the pool really used: the peak of actors converting at once (sampled), and every actor and node that
+    converted a unit."""
+
+    def __init__(self) -> None:
+        self.peak_actors = 0
+        self.peak_hosts = 0
+        self.workers: set[str] = set()
+        self.nodes: set[str] = set()
+
+    def sample(self, in_flight: dict[int, str]) -> None:
+        workers = set(in_flight.values())
+        self.peak_actors = max(self.peak_actors, len(workers))
+        self.peak_hosts = max(self.peak_hosts, len({w.rsplit(":", 1)[0] for w in workers}))
+
+    def converted_on(self, worker: str, node: str) -> None:
+        self.workers.add(worker)
+        self.nodes.add(node)
+
+    def describe(self) -> str:
+        return (f"at peak {max(self.peak_actors, 1 if self.workers else 0)} actor(s) converting at once; "
+                f"{len(self.workers)} actor(s) on {len(self.nodes)} node(s) converted units")
+
+
+class _UsageSampler:
+    """Driver thread: samples the coordinator's units in flight every USAGE_POLL_S (the pool's peak)."""
+
+    def __init__(self, coordinator: Any, usage: PoolUsage) -> None:
+        self.coordinator, self.usage = coordinator, usage
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="robo-ray-usage", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(USAGE_POLL_S):
+            try:
+                self.usage.sample(ray.get(self.coordinator.in_flight.remote(), timeout=30))
+            except Exception as exc:  # noqa: BLE001 - the coordinator is busy or gone: sample again later
+                log.debug("usage: no answer from the coordinator: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
 
 
 def _still_running(p: Any) -> bool:

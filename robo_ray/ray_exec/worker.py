@@ -207,5 +207,9 @@ class AttemptCounter(UnitAttempts):
         self.results[unit] = row
         return []
 
+    def in_flight(self) -> dict[int, str]:
+        """Units begun but not recorded yet -> the worker of their latest attempt."""
+        return {u: w for u, w in self.workers.items() if u not in self.results}
+
     def get_attempts(self) -> dict[int, int]:
         return self.attempt_counts()
