@@ -103,11 +103,11 @@ class TreeSampler(threading.Thread):
                     seen.append(f"{p.pid} {cmd[:100]}")
                     if "Publisher" in cmd:
                         self.publisher[p.pid] = max(self.publisher.get(p.pid, 0), self._peak(p))
-                    elif "UnitActor" in cmd:
+                    elif "UnitMapper" in cmd:
                         self.actors[p.pid] = max(self.actors.get(p.pid, 0), self._peak(p))
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
-            if self.titles is None and any("ray::UnitActor.run_unit" in s for s in seen):
+            if self.titles is None and any("UnitMapper" in s and ".submit" in s for s in seen):
                 self.titles = seen
             self.stop.wait(self.period)
 

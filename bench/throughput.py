@@ -191,7 +191,7 @@ class PeakRss(threading.Thread):
             for p in children:
                 if p.pid not in self.actors:  # a Ray worker is `ray::IDLE` until it becomes an actor: look again
                     try:
-                        if "UnitActor" not in " ".join(p.cmdline()[:1]):
+                        if "UnitMapper" not in " ".join(p.cmdline()[:1]):
                             continue
                     except psutil.Error:
                         continue

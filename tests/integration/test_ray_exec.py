@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.time
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-WORKER_TITLE = "ray::UnitActor"
+WORKER_TITLE = "MapBatches(UnitMapper)"  # the process title of a Ray Data pool actor of ours
 FAST = ["plan.min_shards=8", "validate.tfds_readback=false"]
 
 

@@ -140,3 +140,17 @@ def test_manifests_reference_existing_things() -> None:
                 assert (REPO / cfg).exists(), cfg
     runtime_env = yaml.safe_load((REPO / "configs/runtime_env.yaml").read_text())
     assert ".venv" in runtime_env["excludes"]
+
+
+@pytest.mark.parametrize("name,doc", _manifests(), ids=lambda v: v if isinstance(v, str) else "")
+def test_clusters_autoscale_and_jobs_resume(name: str, doc: dict[str, Any]) -> None:
+    """Issue #26: every cluster grows with the job (in-tree autoscaler v2, from a small minimum to a larger
+    maximum), and a RayJob's retried driver resumes (backoffLimit + --resume)."""
+    spec = doc["spec"]["rayClusterSpec"] if doc["kind"] == "RayJob" else doc["spec"]
+    assert spec.get("enableInTreeAutoscaling") is True, name
+    assert spec["autoscalerOptions"]["version"] == "v2", name
+    for group in spec["workerGroupSpecs"]:
+        assert group["minReplicas"] < group["maxReplicas"], (name, group["groupName"])
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], (name, group["groupName"])
+    if doc["kind"] == "RayJob":
+        assert doc["spec"]["backoffLimit"] >= 1 and "--resume" in doc["spec"]["entrypoint"], name
