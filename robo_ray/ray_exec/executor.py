@@ -246,7 +246,7 @@ class RayExecutor:
         look at a running job: ray.get_actor(name).status.remote()."""
         self.publisher_name = f"robo-ray-publisher-{uuid.uuid4().hex[:8]}"
         cls = ray.remote(num_cpus=0, max_restarts=0)(LatePublisher)
-        return cls.options(name=self.publisher_name).remote()
+        return cls.options(name=self.publisher_name, scheduling_strategy=_on_driver_node()).remote()
 
     # ---- the Ray Dataset --------------------------------------------------------------------------------------
     def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any) -> Iterator[UnitResult]:
@@ -294,7 +294,8 @@ class RayExecutor:
         if not units:
             return
         self.connect()
-        counter = ray.remote(num_cpus=0)(AttemptCounter).remote(job.limits)
+        counter = ray.remote(num_cpus=0)(AttemptCounter).options(scheduling_strategy=_on_driver_node()).remote(
+            job.limits)
         seen: set[int] = set()
         try:
             for res in self._stream(units, job, counter):
@@ -360,6 +361,14 @@ class RayExecutor:
                 print(line, file=stderr, flush=True)
                 printed.add(line)
         return outcome
+
+
+def _on_driver_node() -> Any:
+    """The coordinator (Publisher) lives on the driver's node: a worker node lost mid-run (spot, drain) must cost
+    only its units, never the job's journal. (A driver's node lost is a driver lost: `--resume`.)"""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
 
 
 def _unit_dataset(units: list[Unit], ctx: Any, size: PoolSize) -> Any:
