@@ -207,9 +207,9 @@ class AttemptCounter(UnitAttempts):
         self.results[unit] = row
         return []
 
-    def in_flight(self) -> dict[int, str]:
-        """Units begun but not recorded yet -> the worker of their latest attempt."""
-        return {u: w for u, w in self.workers.items() if u not in self.results}
+    def in_flight(self, done: Any = None) -> dict[int, str]:  # type: ignore[override]
+        """Units begun but not recorded yet -> the worker of their latest attempt (as the Publisher's)."""
+        return super().in_flight(self.results if done is None else done)
 
     def get_attempts(self) -> dict[int, int]:
         return self.attempt_counts()
