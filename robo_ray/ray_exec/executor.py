@@ -70,6 +70,7 @@ import ray
 from robo_ray.errors import RoboRayError, UsageError
 from robo_ray.executors.base import JobSpec
 from robo_ray.ray_exec.faults import FaultPlan
+from robo_ray.ray_exec.monitors import PoolUsage, UsageSampler, Watchdog
 from robo_ray.ray_exec.sizing import MODES, PoolSize, ResourceAsk, actors_for_mode, autoscaler_ceiling_cpus
 from robo_ray.ray_exec.status import Status
 from robo_ray.ray_exec.worker import AttemptCounter, LatePublisher, WorkerContext
@@ -78,11 +79,9 @@ from robo_ray.stages.progress import ProgressFn
 from robo_ray.stages.publisher import PublishSpec
 from robo_ray.stages.run_log import RunOutcome
 from robo_ray.stages.unit_failures import UNIT_FAILED, quarantine_lines, quarantine_unit
-from robo_ray.watchdog import Limits
 from robo_ray.writers import UnitResult
 
 DEFAULT_MAX_ATTEMPTS = 3
-USAGE_POLL_S = 1.0  # how often the driver samples the actors in flight (the peak in the report)
 log = logging.getLogger("robo_ray.ray_exec")
 
 __all__ = ["RayExecutor", "actors_for_mode", "MODES"]
@@ -264,8 +263,8 @@ class RayExecutor:
         ctx = ray.put(WorkerContext(uuid.uuid4().hex, job, coordinator, self.max_attempts, faults, share))
         ask = ResourceAsk(active=not self._own_instance(), cpus_per_actor=size.cpus_per_actor)
         remaining = {u.index: u for u in units}
-        watchdog = _Watchdog(coordinator, job.limits)
-        sampler = _UsageSampler(coordinator, self.usage)
+        watchdog = Watchdog(coordinator, job.limits)
+        sampler = UsageSampler(coordinator, self.usage)
         watchdog.start()
         sampler.start()
         try:
@@ -403,53 +402,6 @@ def _actor_options() -> dict[str, Any]:
     return {"max_restarts": -1, "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
 
 
-class PoolUsage:
-    """What the pool really used: the peak of actors converting at once (sampled), and every actor and node that
-    converted a unit."""
-
-    def __init__(self) -> None:
-        self.peak_actors = 0
-        self.peak_hosts = 0
-        self.workers: set[str] = set()
-        self.nodes: set[str] = set()
-
-    def sample(self, in_flight: dict[int, str]) -> None:
-        workers = set(in_flight.values())
-        self.peak_actors = max(self.peak_actors, len(workers))
-        self.peak_hosts = max(self.peak_hosts, len({w.rsplit(":", 1)[0] for w in workers}))
-
-    def converted_on(self, worker: str, node: str) -> None:
-        self.workers.add(worker)
-        self.nodes.add(node)
-
-    def describe(self) -> str:
-        return (f"at peak {max(self.peak_actors, 1 if self.workers else 0)} actor(s) converting at once; "
-                f"{len(self.workers)} actor(s) on {len(self.nodes)} node(s) converted units")
-
-
-class _UsageSampler:
-    """Driver thread: samples the coordinator's units in flight every USAGE_POLL_S (the pool's peak)."""
-
-    def __init__(self, coordinator: Any, usage: PoolUsage) -> None:
-        self.coordinator, self.usage = coordinator, usage
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="robo-ray-usage", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(USAGE_POLL_S):
-            try:
-                self.usage.sample(ray.get(self.coordinator.in_flight.remote(), timeout=30))
-            except Exception as exc:  # noqa: BLE001 - the coordinator is busy or gone: sample again later
-                log.debug("usage: no answer from the coordinator: %s", exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-
-
 def _still_running(p: Any) -> bool:
     """Whether a killed process has not died yet (a zombie has)."""
     import psutil
@@ -469,39 +421,6 @@ class _DropMessage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.text not in record.getMessage()
-
-
-class _Watchdog:
-    """Driver thread: kills the actors of attempts the coordinator finds overdue (see the module docstring)."""
-
-    def __init__(self, coordinator: Any, limits: Limits) -> None:
-        self.coordinator, self.limits = coordinator, limits
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self.limits.active:
-            self._thread = threading.Thread(target=self._loop, name="robo-ray-watchdog", daemon=True)
-            self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.limits.poll_interval()):
-            try:
-                overdue = ray.get(self.coordinator.overdue.remote(), timeout=60)
-            except Exception as exc:  # noqa: BLE001 - the coordinator is busy or gone: look again later
-                log.debug("watchdog: no answer from the coordinator: %s", exc)
-                continue
-            for unit, actor, reason in overdue:
-                log.info("unit %s: %s; killing its actor", unit, reason)
-                try:
-                    ray.kill(actor, no_restart=False)
-                except Exception as exc:  # noqa: BLE001 - already dead
-                    log.debug("watchdog: kill failed: %s", exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
 
 def _isatty(stream: TextIO) -> bool:
