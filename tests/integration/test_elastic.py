@@ -139,6 +139,7 @@ provider:
   use_node_id_as_ip: true
   disable_node_updaters: true
   disable_launch_config_check: true
+  launch_multiple: true  # the fake provider otherwise starts one node per launch, whatever the count asked
   gcs_address: "127.0.0.1:{port}"
 available_node_types:
   ray.head.default:
