@@ -209,9 +209,10 @@ def test_autoscaler_adds_both_nodes_and_the_output_is_the_in_process_bytes(fake_
                                                                             target, tmp_path):
     # every run starts from a cluster without a worker node: the previous run's nodes idle out first
     wait_for(lambda: fake_cluster.worker_cpus() == 0, 180, "the fake cluster to scale down to its head", step=3)
+    time.sleep(10)  # two autoscaler rounds: the removed nodes are gone from its books, not only from Ray's
     out = tmp_path / "out"
-    # 6 units of >= 5 s each: the pool has work left when the autoscaler's second node joins (~10-20 s here)
-    env = dict(fake_cluster.env, ROBO_RAY_FAULT_DELAY_S="5.0")
+    # 6 units of >= 6 s each: the pool has work left when the autoscaler's nodes join (~10-30 s here, loaded)
+    env = dict(fake_cluster.env, ROBO_RAY_FAULT_DELAY_S="6.0")
     log = _finish(_convert(fake_cluster.address, source, out, target, "--max-actors", "2", env=env))
     assert dataset_files(out) == reference[target]
     assert written_episode_counts(out) == (6, 0)
