@@ -10,6 +10,7 @@ nodes idle at the tail can scale down, and is withdrawn at the end.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 import ray
@@ -81,26 +82,60 @@ class PoolSize:
 
 
 class ResourceAsk:
-    """The job's standing `request_resources` ask: one bundle per actor it could still use. Only on a cluster
-    this executor joined (an in-process instance has no autoscaler to ask)."""
+    """The job's standing ask to the autoscaler (`ray.autoscaler.sdk.request_resources`): one bundle per actor it
+    could still use. Only on a cluster this executor joined (an in-process instance has no autoscaler to ask).
+
+    `request_resources` is one value per cluster, not per caller, and Ray Data's autoscaling coordinator (an actor
+    merging its executions' requests) overwrites it on every change and every 20 s: an ask sent once was gone
+    within seconds, and the autoscaler removed the node it had just added as idle. A thread re-sends the ask every
+    REFRESH_S, so the autoscaler (which looks every few seconds, and removes a node only after its idle timeout)
+    sees it. Registering as a requester of that coordinator instead would reserve the CPUs to the ask itself, and
+    Ray Data's own execution (whose budget is what the coordinator reserves for it) would then see none."""
+
+    REFRESH_S = 2.0
 
     def __init__(self, active: bool, cpus_per_actor: float) -> None:
         self.active, self.cpus = active, cpus_per_actor
         self.asked: int | None = None
+        self._want = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def want(self, actors: int) -> None:
         """Ask for room for `actors` actors (a smaller ask releases nodes the job no longer needs)."""
-        actors = max(0, int(actors))
-        if not self.active or actors == self.asked:
+        if not self.active:
             return
-        try:
-            from ray.autoscaler.sdk import request_resources
-
-            request_resources(bundles=[{"CPU": self.cpus}] * actors)
-            self.asked = actors
-        except Exception as exc:  # noqa: BLE001 - no autoscaler API here: the pool still uses what is up
-            log.debug("request_resources failed: %s", exc)
-            self.active = False
+        actors = max(0, int(actors))
+        changed = actors != self._want
+        self._want = actors
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="robo-ray-resource-ask", daemon=True)
+            self._thread.start()
+        if changed:
+            self._wake.set()
 
     def withdraw(self) -> None:
-        self.want(0)
+        """The job is done with the cluster: the ask goes to nothing."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+        self._thread = None
+
+    def _loop(self) -> None:
+        from ray.autoscaler.sdk import request_resources
+
+        while True:
+            n = 0 if self._stop.is_set() else self._want
+            try:
+                request_resources(bundles=[{"CPU": self.cpus}] * n)
+                self.asked = n
+            except Exception as exc:  # noqa: BLE001 - no autoscaler API: the pool still uses what is up
+                log.debug("resource ask failed: %s", exc)
+                return
+            if self._stop.is_set():
+                return
+            self._wake.wait(self.REFRESH_S)
+            self._wake.clear()

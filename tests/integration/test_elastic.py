@@ -132,7 +132,7 @@ def _report_usage(out: Path) -> tuple[int, int]:
 FAKE_CONFIG = """\
 cluster_name: robo-ray-elastic-test
 max_workers: 2
-idle_timeout_minutes: 0.05
+idle_timeout_minutes: 0.25  # a node idles until Ray Data's pool grows onto it
 upscaling_speed: 2.0
 provider:
   type: fake_multinode
@@ -208,7 +208,7 @@ def fake_cluster(tmp_path_factory):
 def test_autoscaler_adds_both_nodes_and_the_output_is_the_in_process_bytes(fake_cluster, source, reference,
                                                                             target, tmp_path):
     # every run starts from a cluster without a worker node: the previous run's nodes idle out first
-    wait_for(lambda: fake_cluster.worker_cpus() == 0, 180, "the fake cluster to scale down to its head", step=3)
+    wait_for(lambda: fake_cluster.worker_cpus() == 0, 240, "the fake cluster to scale down to its head", step=3)
     time.sleep(10)  # two autoscaler rounds: the removed nodes are gone from its books, not only from Ray's
     out = tmp_path / "out"
     # 6 units of >= 6 s each: the pool has work left when the autoscaler's nodes join (~10-30 s here, loaded)
