@@ -247,6 +247,19 @@ class RayExecutor:
         cls = ray.remote(num_cpus=0, max_restarts=0)(LatePublisher)
         return cls.options(name=self.publisher_name, scheduling_strategy=_on_driver_node()).remote()
 
+    # ---- Discover's scan ---------------------------------------------------------------------------------------
+    def scan(self, source: Any, tasks: list[Any]) -> list[Any]:
+        """Discover's per-file scan as a Ray Data map over the file list (robo_ray/ray_exec/scan.py): each actor
+        opens the source as the driver did (`source`: the config's source section) and returns small per-file
+        rows, in task order, for the reader's `merge_scans`. As many actors as fit now (at least one, whose
+        pending request grows an autoscaling cluster)."""
+        from robo_ray.ray_exec.scan import SourceOpener, scan_with_ray_data
+
+        cpus = self.connect()
+        size = PoolSize.plan(self.mode, self.actors, self.max_actors, cpus, len(tasks))
+        return scan_with_ray_data(SourceOpener.of(source), tasks, concurrency=size.initial_size,
+                                  num_cpus=size.cpus_per_actor)
+
     # ---- the Ray Dataset --------------------------------------------------------------------------------------
     def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any) -> Iterator[UnitResult]:
         """Convert `units` in rounds of Ray Data passes; yield each unit's result once, as it finishes (any
