@@ -69,6 +69,7 @@ import ray
 
 from robo_ray.errors import RoboRayError, UsageError
 from robo_ray.executors.base import JobSpec
+from robo_ray.ray_exec.data_context import quiet_data_context
 from robo_ray.ray_exec.faults import FaultPlan
 from robo_ray.ray_exec.monitors import PoolUsage, UsageSampler, Watchdog
 from robo_ray.ray_exec.sizing import MODES, PoolSize, ResourceAsk, actors_for_mode, autoscaler_ceiling_cpus
@@ -387,18 +388,16 @@ def _unit_dataset(units: list[Unit], ctx: Any, size: PoolSize) -> Any:
     """The Ray Dataset of one round: one row and one block per unit, longest first (the pool's last units are
     short ones, so no actor idles through a long tail), mapped by `UnitMapper` on an autoscaling actor pool."""
     import ray.data
-    from ray.data.context import AutoscalingConfig, DataContext
+    from ray.data.context import AutoscalingConfig
 
     from robo_ray.ray_exec.mapper import UnitMapper
 
-    data_ctx = DataContext.get_current()
-    data_ctx.enable_progress_bars = False  # robo-ray's own display and status lines
+    data_ctx = quiet_data_context()
     data_ctx.max_errored_blocks = -1  # a unit whose task failed comes back in the next round, not as a job failure
     # one unit in flight per actor: the pool's utilisation tops at 1.0, so grow at 1.0 (Ray Data's default 1.75
     # assumes queued tasks) and release actors once half of them idle
     data_ctx.autoscaling_config = AutoscalingConfig(actor_pool_util_upscaling_threshold=1.0,
                                                     actor_pool_util_downscaling_threshold=0.5)
-    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its progress lines and "progress bars disabled"
     ordered = sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index))
     rows = [{"index": u.index, "unit": pickle.dumps(u)} for u in ordered]
     top = min(size.max_size, len(rows))

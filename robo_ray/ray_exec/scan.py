@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from robo_ray.ray_exec.data_context import quiet_data_context
 from robo_ray.readers.base import BaseReader, ScanTask
 
 BATCHES_PER_ACTOR = 4  # tasks are cut into about this many batches per actor: the pool stays busy to the end
@@ -99,6 +100,7 @@ def scan_with_ray_data(reader_factory: Callable[[], BaseReader], tasks: Sequence
         return []
     concurrency = max(1, min(concurrency, len(tasks)))
     batch = max(1, math.ceil(len(tasks) / (concurrency * BATCHES_PER_ACTOR)))
+    quiet_data_context()
     items = [{"index": i, "task": pickle.dumps(t, protocol=pickle.HIGHEST_PROTOCOL)} for i, t in enumerate(tasks)]
     ds = ray.data.from_items(items).map_batches(
         _ScanActor, fn_constructor_args=(reader_factory,), batch_size=batch, batch_format="numpy",

@@ -3,6 +3,7 @@ one corrupted shard. `merge_scans` of its scan tasks, scanned in this process an
 real local Ray instance, gives the inventory `discover()` gives: refs, findings, counts."""
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 from pathlib import Path
@@ -107,3 +108,53 @@ def test_a_reader_that_does_not_split_says_so(shared: Path):
     with pytest.raises(NotImplementedError, match="does not split its Discover scan"):
         reader.merge_scans([])
     assert reader.discover().episodes_count == 30
+
+
+@pytest.fixture(scope="module")
+def clean_source(tmp_path_factory) -> Path:
+    """The same 40-shard dataset without the corrupted record."""
+    return generate(tmp_path_factory.mktemp("gen_clean"), SHARDS, PER_SHARD, steps=4, pad=64)
+
+
+def test_a_run_on_ray_scans_the_files_on_the_workers(clean_source, tmp_path, monkeypatch):
+    """The pipeline hands a source of many files to the executor's `scan` (a Ray Data map on the workers): the
+    output is the in-process run's, bytes and inventory, and the scan ran there once."""
+    import hashlib
+
+    from robo_ray.config import load_config
+    from robo_ray.executors.in_process import InProcessExecutor
+    from robo_ray.ray_exec import scan as ray_scan
+    from robo_ray.ray_exec.executor import RayExecutor
+    from robo_ray.stages import pipeline
+
+    calls: list[int] = []
+    real = ray_scan.scan_with_ray_data
+
+    def spy(factory, tasks, concurrency, num_cpus=1.0):
+        calls.append(len(tasks))
+        return real(factory, tasks, concurrency, num_cpus)
+
+    monkeypatch.setattr(ray_scan, "scan_with_ray_data", spy)
+    monkeypatch.setattr(pipeline, "SCAN_ON_WORKERS_MIN_FILES", 8)
+    sets = ["validate.tfds_readback=false", "plan.min_shards=4"]
+
+    def run(out: Path, executor) -> dict[str, str]:
+        cfg = load_config(None, sets, **{"source.url": str(clean_source), "target.url": str(out)})
+        outcome = pipeline.run_pipeline(cfg, executor=executor)
+        assert outcome.exit_code == 0, outcome.message
+        return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted((out / "rlds").rglob("*")) if p.is_file()}
+
+    reference = run(tmp_path / "ref", InProcessExecutor())
+    assert calls == []  # the in-process executor offers no scan: the reader scans in this process
+    ex = RayExecutor(actors=2, status_interval_s=0)
+    try:
+        got = run(tmp_path / "ray", ex)
+    finally:
+        ex.shutdown()
+    assert calls == [SHARDS]
+    assert got == reference
+    inventories = [json.loads((tmp_path / run / "inventory.json").read_text()) for run in ("ref", "ray")]
+    for inv in inventories:
+        inv.pop("detected_at", None)
+    assert inventories[0] == inventories[1]
