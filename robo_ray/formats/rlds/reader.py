@@ -22,8 +22,8 @@ below `episode_metadata` (`file_path`, `episode_id`); `episode_id` (the episode 
 are added when the source has none of its own. Canonical names are the same paths with identifier segments.
 Images stay encoded exactly as stored.
 
-The header walk is `record_walk.py`; the leaves' FeatureSpecs, roles and names `leaf_specs.py`; the decoding of
-their values `leaf_values.py`.
+dataset_info.json is read by `dataset_info.py`, the header walk is `record_walk.py`; the leaves' FeatureSpecs,
+roles and names `leaf_specs.py`; the decoding of their values `leaf_values.py`.
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef
 from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, EpisodeTooLarge, RoboRayError, SourceFormatError,
-                             SourceNotFound, UnknownFormat, UnsafeInput)
+                             SourceNotFound)
+from robo_ray.formats.rlds.dataset_info import INFO, file_format, split_shards
 from robo_ray.formats.rlds.example import decode_example
 from robo_ray.formats.rlds.features import Leaf, Unsupported, parse_features
 from robo_ray.formats.rlds.leaf_specs import build_specs, meta_type
@@ -47,12 +48,10 @@ from robo_ray.formats.rlds.leaf_values import (decode_numbers, decode_strings, i
 from robo_ray.formats.rlds.record_walk import (Malformed, Window, count_values, entries, first_item, record_length,
                                                verified_payload)
 from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, ScanTask, held_fps, spread
-from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, render_path_template
+from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count
 from robo_ray.storage import is_local, join, url_of
 
-INFO, FEATURES, METADATA = "dataset_info.json", "features.json", "metadata.json"
-DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
-MAX_SHARDS = 100_000  # per split
+FEATURES, METADATA = "features.json", "metadata.json"
 MAX_RECORD_BYTES = 4 << 30  # one episode is one record, held in memory by load_episode (as by tfds)
 SCAN_BLOCK_LOCAL = 512  # discover reads the protobuf headers in blocks of this size...
 SCAN_BLOCK_REMOTE = 64 << 10  # ...or this on object stores (fewer requests)
@@ -113,8 +112,8 @@ class RldsReader(BaseReader):
         self.dataset_name = self.info.get("name")
         if not isinstance(self.dataset_name, str) or not _NAME.match(self.dataset_name):
             raise SourceFormatError(f"{INFO}: `name` {self.dataset_name!r:.60} is not a tfds dataset name")
-        self.file_format = self._file_format()
-        self.split_shards = self._split_shards()
+        self.file_format = file_format(self.info)
+        self.split_shards = split_shards(self.info, self.dataset_name, self.file_format)
         self.splits = self._select(splits)
         parsed = parse_features(self._read_json(FEATURES))
         self._unsupported = [u for u in parsed if isinstance(u, Unsupported)]
@@ -187,53 +186,6 @@ class RldsReader(BaseReader):
             raise SourceFormatError(f"{url_of(self.fs, root)}: no {INFO} here nor in an x.y.z version folder "
                                     "(for a tfds data_dir, pass the dataset name: name=... or ?name=...)")
         return join(root, found[-1])
-
-    def _file_format(self) -> str:
-        fmt = self.info.get("fileFormat") or "tfrecord"
-        alternatives = self.info.get("alternativeFileFormats") or []
-        if fmt == "tfrecord" or (isinstance(alternatives, list) and "tfrecord" in alternatives):
-            return "tfrecord"
-        raise UnknownFormat(f"{INFO}: fileFormat {fmt!r:.40}: only TFRecord shards are supported (not "
-                            "array_record, parquet or riegeli)")
-
-    def _split_shards(self) -> dict[str, list[tuple[str, int]]]:
-        """split -> [(shard path relative to the version folder, declared episodes)], in dataset_info order."""
-        splits = self.info.get("splits")
-        if not isinstance(splits, list) or not splits:
-            raise SourceFormatError(f"{INFO}: `splits` is missing or empty")
-        out: dict[str, list[tuple[str, int]]] = {}
-        total = 0
-        for i, s in enumerate(splits):
-            name = s.get("name") if isinstance(s, dict) else None
-            if not isinstance(name, str) or not re.match(r"^[\w.-]{1,100}$", name) or name in out:
-                raise SourceFormatError(f"{INFO}: splits[{i}].name {name!r:.60} is not a unique split name")
-            lengths = s.get("shardLengths", [])
-            if not isinstance(lengths, list) or len(lengths) > MAX_SHARDS:
-                raise UnsafeInput(f"{INFO}: splits[{i}].shardLengths is not a list of at most {MAX_SHARDS}")
-            counts = []
-            for n in lengths:
-                try:
-                    n = int(n) if isinstance(n, (int, str)) and not isinstance(n, bool) and len(str(n)) < 20 \
-                        else None
-                except ValueError:
-                    n = None
-                counts.append(check_count(f"{INFO}: split {name} shard length", n, MAX_EPISODES))
-            total = check_count(f"{INFO}: total episodes", total + sum(counts), MAX_EPISODES)
-            template = s.get("filepathTemplate") or DEFAULT_TEMPLATE
-            out[name] = [(self._shard_path(template, name, j, len(counts)), n) for j, n in enumerate(counts)]
-        return out
-
-    def _shard_path(self, template: Any, split: str, index: int, num: int) -> str:
-        digits = max(5, len(str(num)))
-        fields = {"DATASET": self.dataset_name, "SPLIT": split, "FILEFORMAT": self.file_format,
-                  "SHARD_INDEX": f"{index:0{digits}d}", "NUM_SHARDS": f"{num:0{digits}d}",
-                  "SHARD_X_OF_Y": f"{index:0{digits}d}-of-{num:0{digits}d}"}
-        try:
-            return render_path_template(template, fields)
-        except UnsafeInput as exc:
-            raise UnsafeInput(f"{INFO}: split {split}: filepathTemplate: {exc}") from exc
-        except ValueError as exc:
-            raise SourceFormatError(f"{INFO}: split {split}: filepathTemplate {template!r:.80} ({exc})") from exc
 
     def _select(self, splits: list[str] | str | None) -> list[str]:
         if splits is None:
