@@ -175,7 +175,7 @@ def test_roles_and_names_bridge_like(data_dir: Path) -> None:
 
 def test_canonical_names_are_identifiers_and_never_nest() -> None:
     from robo_ray.formats.rlds.features import Leaf
-    from robo_ray.formats.rlds.reader import build_specs
+    from robo_ray.formats.rlds.leaf_specs import build_specs
 
     leaves = [Leaf(("steps", "observation", "a/b"), "Tensor", "float32", (3,)),
               Leaf(("steps", "observation", "a"), "Tensor", "float32", (2,)),

@@ -16,8 +16,9 @@ import pytest
 from robo_ray.episode import FeatureSpec
 from robo_ray.errors import (DataCorrupt, DataMissing, SourceFormatError, StorageError, UnknownFormat, UnsafeInput)
 from robo_ray.formats.lerobot.reader import LeRobotReader, parse_features
-from robo_ray.formats.minari.reader import MinariReader, space_features
-from robo_ray.formats.minari.reader import declare_features as minari_declare
+from robo_ray.formats.minari.reader import MinariReader
+from robo_ray.formats.minari.spaces import declare_features as minari_declare
+from robo_ray.formats.minari.spaces import space_features
 from robo_ray.formats.ortf.reader import OrtfReader
 from robo_ray.formats.ortf.reader import declare_features as ortf_declare
 from robo_ray.mapping import default_mapping

@@ -11,22 +11,25 @@ columns, `is_terminal` (terminations[-1] on the last step) and `discount` (0 aft
 the last step, else 1). The HDF5 file is untrusted: an external or soft link refuses the whole file when it is opened
 (RR301); an episode with a virtual or externally stored dataset (EP207), or one beyond the shape limits (EP206), is
 quarantined before anything of it is read.
+
+The spaces and features (roles, names) are `spaces.py`; the Arrow columns' flattening `arrow_columns.py`.
 """
 from __future__ import annotations
 
 import json
 import posixpath
 import re
-from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
-from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError, UnsafeInput
+from robo_ray.errors import DataCorrupt, DataMissing, SourceFormatError
 from robo_ray.formats.hdf5 import check_dataset, check_links, children, jsonable, leaves, open_h5, peek_h5
-from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, canonical_path, unique_names
-from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts, check_shape
+from robo_ray.formats.minari.arrow_columns import arrow_columns
+from robo_ray.formats.minari.spaces import declare_features, h5_feature, parse_space, space_features
+from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType
+from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts
 from robo_ray.storage import join
 
 MAIN_FILE = "main_data.hdf5"
@@ -36,139 +39,6 @@ _EPISODE_GROUP = re.compile(r"^episode_(\d{1,12})$")
 _ARROW_SUFFIX = {"arrow": ".arrow", "parquet": ".parquet"}
 # Episode.metadata of every episode (episode_id, file_path, and the seed minari recorded at reset, if any)
 METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text", "seed": "int"}
-TEXT_NOTE = "text space (no RLDS tensor form); kept out"
-
-
-# ---- spaces (minari's JSON serialisation, read without gymnasium) ---------------------------------------------
-def parse_space(raw: Any, where: str) -> dict[str, Any] | None:
-    """A space as minari serialises it (JSON string or dict); None when absent."""
-    if raw is None:
-        return None
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8")
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise SourceFormatError(f"{where}: not valid JSON ({exc.msg})") from exc
-    if not isinstance(raw, dict) or "type" not in raw:
-        raise SourceFormatError(f"{where}: a space must be a JSON object with a `type`")
-    return raw
-
-
-def _is_image_box(space: dict[str, Any], shape: tuple[int, ...], dtype: str) -> bool:
-    """minari's is_image_space: uint8 Box, 2 or 3 dims, at least 32x32, bounds 0..255."""
-    if dtype != "uint8" or len(shape) not in (2, 3) or shape[0] < 32 or shape[1] < 32:
-        return False
-    try:
-        return bool(np.all(np.asarray(space.get("low")) == 0) and np.all(np.asarray(space.get("high")) == 255))
-    except (TypeError, ValueError):
-        return False
-
-
-def space_features(space: dict[str, Any], key: str, jpeg: bool, where: str, depth: int = 0) -> list[FeatureSpec]:
-    """The leaves of a space as features keyed like the HDF5 layout (`observations/<k>`, `/_index_<i>`)."""
-    if depth > 8:
-        raise UnsafeInput(f"{where}: space nesting deeper than 8 levels")
-    kind = space.get("type")
-    if kind == "Dict":
-        subs = space.get("subspaces")
-        if not isinstance(subs, dict):
-            raise SourceFormatError(f"{where}: Dict space without subspaces")
-        return [f for k, sub in subs.items() for f in space_features(parse_space(sub, where), f"{key}/{k}", jpeg,
-                                                                      where, depth + 1)]
-    if kind == "Tuple":
-        subs = space.get("subspaces")
-        if not isinstance(subs, list):
-            raise SourceFormatError(f"{where}: Tuple space without subspaces")
-        return [f for i, sub in enumerate(subs)
-                for f in space_features(parse_space(sub, where), f"{key}/_index_{i}", jpeg, where, depth + 1)]
-    if kind == "Box":
-        dtype = _dtype(space.get("dtype"), where)
-        shape = check_shape(key, list(space.get("shape") or []))
-        if _is_image_box(space, shape, dtype):
-            hwc = (shape[0], shape[1], shape[2] if len(shape) == 3 else 1)
-            return [FeatureSpec(key, "image", "uint8", hwc, declared_shape=shape, codec="jpeg" if jpeg else "raw")]
-        return [FeatureSpec(key, "tensor", dtype, shape, declared_shape=shape)]
-    if kind == "Discrete":
-        return [FeatureSpec(key, "tensor", _dtype(space.get("dtype", "int64"), where), ())]
-    if kind == "MultiDiscrete":
-        shape = check_shape(key, list(np.shape(space.get("nvec"))))
-        return [FeatureSpec(key, "tensor", _dtype(space.get("dtype", "int64"), where), shape)]
-    if kind == "MultiBinary":
-        n = space.get("n")
-        shape = check_shape(key, [n] if isinstance(n, int) else list(n or []))
-        return [FeatureSpec(key, "tensor", "int8", shape)]
-    if kind == "Text":
-        return [FeatureSpec(key, "string", "string", ())]
-    raise SourceFormatError(f"{where}: space type {kind!r} is not supported (Box, Discrete, MultiDiscrete, "
-                            "MultiBinary, Dict, Tuple, Text)")
-
-
-def _dtype(raw: Any, where: str) -> str:
-    try:
-        dt = np.dtype(str(raw))
-    except TypeError as exc:
-        raise SourceFormatError(f"{where}: unknown dtype {raw!r}") from exc
-    if dt.kind not in "biuf":
-        raise SourceFormatError(f"{where}: dtype {raw!r} is not numeric")
-    return str(dt)
-
-
-def _h5_feature(key: str, ds: Any) -> FeatureSpec:
-    """A feature inferred from a dataset (infos, extra datasets, 0.4 files without a space)."""
-    dt = ds.dtype
-    shape = tuple(ds.shape[1:])
-    if dt.kind in "biuf":
-        if dt == np.uint8 and len(shape) in (2, 3) and shape[0] >= 32 and shape[1] >= 32:
-            return FeatureSpec(key, "image", "uint8", (shape[0], shape[1], shape[2] if len(shape) == 3 else 1),
-                               declared_shape=shape, codec="raw")
-        return FeatureSpec(key, "tensor", str(dt), check_shape(key, list(shape)), declared_shape=shape)
-    return FeatureSpec(key, "string", "string", ())
-
-
-def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
-    """Each feature's role and canonical name: one Box observation -> observation/state (an image:
-    observation/image), Dict/Tuple subspaces -> observation/<key> (`_index_<i>` -> `index_<i>`); actions -> action
-    (action/<key>); terminations / truncations -> terminated / truncated; infos/<k> -> info/<k>; rewards -> reward;
-    the reader's per-step `is_terminal` and `discount` (T+1 layout) -> terminal, discount. Text spaces have no
-    tensor form; later duplicate names get `_2`, `_3`, ..."""
-    out: dict[str, FeatureSpec] = {}
-    for key, feat in features.items():
-        if key == "rewards":
-            out[key] = replace(feat, role="reward", name="reward")
-            continue
-        if key == "is_terminal":
-            out[key] = replace(feat, role="terminal", name="is_terminal")
-            continue
-        if key == "discount":
-            out[key] = replace(feat, role="discount", name="discount")
-            continue
-        if feat.kind == "string":
-            out[key] = replace(feat, role="other", note=TEXT_NOTE)
-            continue
-        image = feat.kind in ("image", "video")
-        head, _, rest = key.partition("/")
-        if head == "observations":
-            if image:
-                role, name = "camera", canonical_path("observation", rest) if rest else "observation/image"
-            else:
-                role, name = ("observation", canonical_path("observation", rest)) if rest else \
-                    ("state", "observation/state")
-        elif head == "actions":
-            role, name = "action", canonical_path("action", rest) if rest else "action"
-        elif key == "terminations":
-            role, name = "other", "terminated"
-        elif key == "truncations":
-            role, name = "other", "truncated"
-        elif head == "infos":
-            role, name = "other", canonical_path("info", rest)
-        else:
-            role, name = "other", canonical_path("", key)
-        if image:
-            role = "depth" if feat.dtype == "uint16" else "camera"
-        out[key] = replace(feat, role=role, name=name)  # type: ignore[arg-type]
-    return unique_names(out)
 
 
 def _other_layout(fs: Any, path: str) -> bool:
@@ -268,7 +138,7 @@ class MinariReader(BaseReader):
             if space is not None:
                 feats += space_features(space, name, self.jpeg, f"{name[:-1]}_space")
             else:  # 0.4 files may carry only env_spec: take the structure from the data
-                feats += [_h5_feature(k, ds) for k, ds in first.items() if k == name or k.startswith(name + "/")]
+                feats += [h5_feature(k, ds) for k, ds in first.items() if k == name or k.startswith(name + "/")]
             if not any(f.key == name or f.key.startswith(name + "/") for f in feats):
                 raise SourceFormatError(f"{self.url}: no {name} found (no space in the metadata and no data)")
         if any(f.kind == "image" for f in feats if f.key.startswith("actions")):
@@ -280,7 +150,7 @@ class MinariReader(BaseReader):
             feats.append(FeatureSpec(key, "tensor", dtype, ()))
         for key, ds in first.items():
             if key.split("/")[0] not in STEP_KEYS:
-                feats.append(_h5_feature(key, ds))
+                feats.append(h5_feature(key, ds))
         feats.append(FeatureSpec("is_terminal", "tensor", "bool", ()))
         feats.append(FeatureSpec("discount", "tensor", "float32", ()))
         return declare_features({f.key: f for f in feats})
@@ -295,7 +165,7 @@ class MinariReader(BaseReader):
             return dict(leaves(group, "", f"data/{MAIN_FILE}"))
         table = self._arrow_table(ids[0])
         return {k: np.asarray(v) if not isinstance(v, list) else np.asarray(v, dtype=object)
-                for k, v in _arrow_flat(table, {}).items()}
+                for k, v in arrow_columns(table, {}).items()}
 
     # ---- discover ----------------------------------------------------------------------------------------------
     def _episode_ids(self) -> list[int]:
@@ -418,7 +288,7 @@ class MinariReader(BaseReader):
                 raise DataCorrupt(f"{where}: {ref.source_id} has no rewards")
             return out, len(out["rewards"])
         table = self._arrow_table(ref.episode_index)
-        flat = _arrow_flat(table, self.features)
+        flat = arrow_columns(table, self.features)
         n = table.num_rows
         for key in TRANSITION_KEYS:
             for k in list(flat):
@@ -511,49 +381,3 @@ def _pad(value: Any, spec: FeatureSpec) -> Any:
         return value + [b""]
     arr = np.asarray(value)
     return np.concatenate([arr, np.zeros((1, *arr.shape[1:]), dtype=arr.dtype)])
-
-
-def _arrow_flat(table: Any, features: dict[str, FeatureSpec]) -> dict[str, Any]:
-    """Arrow columns -> leaves keyed like the HDF5 layout (struct fields nest, Tuple fields become `_index_<i>`)."""
-    out: dict[str, Any] = {}
-    for name in table.column_names:
-        if name == "episode_id":
-            continue
-        _arrow_leaf(table.column(name).combine_chunks(), name, None, features, out)
-    return out
-
-
-def _arrow_leaf(arr: Any, key: str, field: Any, features: dict[str, FeatureSpec], out: dict[str, Any]) -> None:
-    import pyarrow as pa
-
-    t = arr.type
-    if pa.types.is_struct(t):
-        for i in range(t.num_fields):
-            f = t.field(i)
-            sub = f"_index_{f.name}" if f.name.isdigit() else f.name
-            _arrow_leaf(arr.field(i), f"{key}/{sub}", f, features, out)
-        return
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        out[key] = [b if b is not None else b"" for b in arr.to_pylist()]
-        return
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        out[key] = np.asarray(arr.to_pylist(), dtype=object)
-        return
-    if pa.types.is_fixed_size_list(t):
-        values = arr.flatten().to_numpy(zero_copy_only=False)
-        spec = features.get(key)
-        shape: tuple[int, ...] = (t.list_size,)
-        meta = field.metadata if field is not None else None
-        if spec is not None and spec.kind == "tensor":
-            shape = spec.shape or (1,)
-        elif spec is not None and spec.kind == "image":
-            shape = spec.shape
-        elif meta and b"shape" in meta:
-            shape = tuple(int(d) for d in meta[b"shape"].split(b",") if d)
-        out[key] = values.reshape((len(arr), *shape))
-        return
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        raise DataCorrupt(f"column {key!r}: variable-length lists are not supported")
-    if arr.null_count:
-        arr = arr.fill_null(0) if not pa.types.is_boolean(t) else arr.fill_null(False)
-    out[key] = arr.to_numpy(zero_copy_only=False)

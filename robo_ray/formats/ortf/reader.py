@@ -1,12 +1,12 @@
 """ORTF v0.2 reader (../specs/ortf_v0.2.txt; no public implementation exists).
 
-`meta/manifest.json` is validated first (required fields and types, `ortf_version` 0.2 only; anything else is one
-clear `SourceFormatError`/`UnknownFormat` line, exit 2). `meta/episodes.parquet` indexes the episodes, their rows
-live in `data/chunk-NNN/steps.parquet` (selected by `episode_id`, ordered by `step_index`), each camera has one MP4
-per episode (`video_files` or `videos/<camera>/chunk-NNN/episode_NNNNNN.mp4`), referenced, not decoded. Depth
-cameras (16-bit) are decoded here (FFV1/PNG gray16 MP4, or NPZ), because the convert stage's video path is 8-bit.
-Boundary flags and instruction come from the data (`is_first`/`is_last`/`is_terminal`, `tasks.jsonl`); success,
-failure reason, operator notes and annotations become episode metadata.
+`meta/manifest.json` is validated first (`manifest_check.py`: required fields and types, `ortf_version` 0.2 only;
+anything else is one clear `SourceFormatError`/`UnknownFormat` line, exit 2). `meta/episodes.parquet` indexes the
+episodes, their rows live in `data/chunk-NNN/steps.parquet` (selected by `episode_id`, ordered by `step_index`),
+each camera has one MP4 per episode (`video_files` or `videos/<camera>/chunk-NNN/episode_NNNNNN.mp4`), referenced,
+not decoded. Depth cameras (16-bit) are decoded here (FFV1/PNG gray16 MP4, or NPZ), because the convert stage's
+video path is 8-bit. Boundary flags and instruction come from the data (`is_first`/`is_last`/`is_terminal`,
+`tasks.jsonl`); success, failure reason, operator notes and annotations become episode metadata.
 
 Columns the spec does not name are kept: `reward`/`discount` feed RLDS reward/discount, `task_id` per step overrides
 the episode's task, other numeric columns become step features.
@@ -25,16 +25,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames, VideoRef
-from robo_ray.errors import (DataCorrupt, SourceFormatError, UnknownFormat, VideoDecodeError, VideoMissing)
+from robo_ray.errors import (DataCorrupt, SourceFormatError, VideoDecodeError, VideoMissing)
 from robo_ray.readers.base import (BaseReader, Finding, Inventory, MetaType, canonical_path, identifier,
                                    unique_names)
 from robo_ray.formats.lerobot.reader import column_to_numpy
-from robo_ray.safety import MAX_DIM, MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_shape, check_relative_path
+from robo_ray.formats.ortf.manifest_check import sensor_fps, sensor_resolution, validate_manifest
+from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_shape, check_relative_path
 from robo_ray.storage import join
 
-SUPPORTED = ("0.2",)
-REQUIRED = {"ortf_version": str, "dataset_id": str, "robot": dict, "action_space": dict,
-            "observation_space": dict, "sensors": list, "frames": dict}
 FLAGS = ("is_first", "is_last", "is_terminal")
 BOOKKEEPING = ("episode_id", "step_index", "timestamp", "task_id")
 _FRAME_INDEX = re.compile(r"^observation\.images\.(.+)\.frame_index$")
@@ -48,69 +46,6 @@ METADATA: dict[str, MetaType] = {
 BOOKKEEPING_NOTE = "bookkeeping column (episode rows, step order, video frame index, task via language_instruction)"
 STRING_NOTE = "string column (no RLDS tensor form); kept out"
 _FLAG_ROLES = {"is_first": "is_first", "is_last": "is_last", "is_terminal": "terminal"}
-
-
-def validate_manifest(obj: Any) -> dict[str, Any]:
-    """Check meta/manifest.json against the v0.2 spec; returns it, or raises one clear line."""
-    where = "meta/manifest.json"
-    if not isinstance(obj, dict):
-        raise SourceFormatError(f"{where}: expected a JSON object")
-    version = obj.get("ortf_version")
-    if not isinstance(version, str):
-        raise SourceFormatError(f"{where}: required field `ortf_version` is missing or not a string")
-    if version not in SUPPORTED and not any(version.startswith(v + ".") for v in SUPPORTED):
-        raise UnknownFormat(f"{where}: ortf_version {version!r} is not supported (supported: "
-                            f"{', '.join(SUPPORTED)})")
-    for key, typ in REQUIRED.items():
-        if key not in obj:
-            raise SourceFormatError(f"{where}: required field `{key}` is missing")
-        if not isinstance(obj[key], typ):
-            raise SourceFormatError(f"{where}: `{key}` must be a JSON {typ.__name__.replace('dict', 'object')}"
-                                    .replace("list", "array").replace("str", "string"))
-    names = set()
-    for i, s in enumerate(obj["sensors"]):
-        if not isinstance(s, dict) or not isinstance(s.get("name"), str) or not isinstance(s.get("type"), str):
-            raise SourceFormatError(f"{where}: sensors[{i}] needs a string `name` and `type`")
-        if s["name"] in names:
-            raise SourceFormatError(f"{where}: sensor name {s['name']!r} appears twice")
-        names.add(s["name"])
-        if s["type"] in ("camera", "depth_camera"):
-            _resolution(s, where)
-            _fps(s, where)
-    obs = obj["observation_space"]
-    images, state = obs.get("images", {}), obs.get("state", {})
-    if not isinstance(images, dict) or not all(isinstance(v, str) for v in images.values()):
-        raise SourceFormatError(f"{where}: observation_space.images must map observation keys to sensor names")
-    for cam, sensor in images.items():
-        if sensor not in names:
-            raise SourceFormatError(f"{where}: observation_space.images.{cam} names unknown sensor {sensor!r}")
-    if not isinstance(state, dict):
-        raise SourceFormatError(f"{where}: observation_space.state must be an object")
-    for comp, spec in state.items():
-        dim = spec.get("dim") if isinstance(spec, dict) else None
-        if isinstance(dim, bool) or not isinstance(dim, int) or not 0 < dim <= MAX_DIM:
-            raise SourceFormatError(f"{where}: observation_space.state.{comp}.dim must be a positive integer")
-    dims = obj["action_space"].get("dimensions", [])
-    if not isinstance(dims, list):
-        raise SourceFormatError(f"{where}: action_space.dimensions must be an array")
-    return obj
-
-
-def _resolution(sensor: dict[str, Any], where: str) -> tuple[int, int]:
-    res = sensor.get("resolution")
-    w, h = (res.get("width"), res.get("height")) if isinstance(res, dict) else (None, None)
-    for v in (w, h):
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_DIM:
-            raise SourceFormatError(f"{where}: sensor {sensor.get('name')!r} needs resolution.width/height "
-                                    f"in 1..{MAX_DIM}")
-    return h, w  # type: ignore[return-value]
-
-
-def _fps(sensor: dict[str, Any], where: str) -> float:
-    fps = sensor.get("fps")
-    if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps <= 10_000:
-        raise SourceFormatError(f"{where}: sensor {sensor.get('name')!r} needs a positive fps")
-    return float(fps)
 
 
 def _arrow_feature(key: str, t: pa.DataType, shape_hint: int | None) -> FeatureSpec:
@@ -207,7 +142,7 @@ class OrtfReader(BaseReader):
             raise SourceFormatError("data/: no chunk-NNN/steps.parquet files")
         self.cameras: dict[str, dict[str, Any]] = {}  # camera -> sensor
         self.features = self._features()
-        rates = {_fps(s, "meta/manifest.json") for s in self.cameras.values()}
+        rates = {sensor_fps(s, "meta/manifest.json") for s in self.cameras.values()}
         if len(rates) > 1:
             raise SourceFormatError(f"meta/manifest.json: cameras at different fps {sorted(rates)} are not "
                                     "supported yet")
@@ -271,7 +206,7 @@ class OrtfReader(BaseReader):
             feats["observation.state"] = FeatureSpec("observation.state", "tensor", dtype, (width,),
                                                      names=[c[len("observation.state."):] for c in comps])
         for cam, sensor in self.cameras.items():
-            h, w = _resolution(sensor, "meta/manifest.json")
+            h, w = sensor_resolution(sensor, "meta/manifest.json")
             key = f"observation.images.{cam}"
             if self._is_depth(sensor):
                 feats[key] = FeatureSpec(key, "image", "uint16", (h, w, 1), codec="depth16")

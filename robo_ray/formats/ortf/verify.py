@@ -102,7 +102,7 @@ class OrtfVerifier(OrtfUnitVerifier):
 
     # ---- manifest (the commit) ---------------------------------------------------------------------------------
     def _check_manifest(self, res: ValidationResult) -> dict[str, Any] | None:
-        from robo_ray.formats.ortf.reader import validate_manifest
+        from robo_ray.formats.ortf.manifest_check import validate_manifest
 
         p = self.path(MANIFEST)
         if not self.fs.exists(p):

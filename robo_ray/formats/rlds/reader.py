@@ -21,48 +21,46 @@ Features are keyed by their path under `steps` (`observation/image`, `action/wor
 below `episode_metadata` (`file_path`, `episode_id`); `episode_id` (the episode index) and `file_path` (the shard)
 are added when the source has none of its own. Canonical names are the same paths with identifier segments.
 Images stay encoded exactly as stored.
+
+dataset_info.json is read by `dataset_info.py`, the header walk is `record_walk.py`; the leaves' FeatureSpecs,
+roles and names `leaf_specs.py`; the decoding of their values `leaf_values.py`.
 """
 from __future__ import annotations
 
-import io
 import posixpath
 import re
 import struct
-import zlib
 from dataclasses import replace
-from typing import Any, BinaryIO, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Sequence
 from urllib.parse import parse_qs
 
 import numpy as np
 
-from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, Role
-from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, EpisodeTooLarge, ImageDecodeError, RoboRayError,
-                             SourceFormatError, SourceNotFound, UnknownFormat, UnsafeInput)
+from robo_ray.episode import Episode, EpisodeRef
+from robo_ray.errors import (ConfigError, DataCorrupt, DataMissing, EpisodeTooLarge, RoboRayError, SourceFormatError,
+                             SourceNotFound)
+from robo_ray.formats.rlds.dataset_info import INFO, file_format, split_shards
 from robo_ray.formats.rlds.example import decode_example
 from robo_ray.formats.rlds.features import Leaf, Unsupported, parse_features
-from robo_ray.formats.rlds.tfrecord import masked_crc, read_records
-from robo_ray.readers.base import (BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, ScanTask, held_fps,
-                                   identifier, spread)
-from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, render_path_template
+from robo_ray.formats.rlds.leaf_specs import build_specs, meta_type
+from robo_ray.formats.rlds.leaf_values import (decode_numbers, decode_strings, image_frames, image_info,
+                                               metadata_value, n_values)
+from robo_ray.formats.rlds.record_walk import (Malformed, Window, count_values, entries, first_item, record_length,
+                                               verified_payload)
+from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, ScanTask, held_fps, spread
+from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count
 from robo_ray.storage import is_local, join, url_of
 
-INFO, FEATURES, METADATA = "dataset_info.json", "features.json", "metadata.json"
-DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
-MAX_SHARDS = 100_000  # per split
+FEATURES, METADATA = "features.json", "metadata.json"
 MAX_RECORD_BYTES = 4 << 30  # one episode is one record, held in memory by load_episode (as by tfds)
-MAX_KEY_BYTES = 4096
 SCAN_BLOCK_LOCAL = 512  # discover reads the protobuf headers in blocks of this size...
 SCAN_BLOCK_REMOTE = 64 << 10  # ...or this on object stores (fewer requests)
 SCAN_THREADS = 16  # shards scanned at once on object stores
 FPS_KEYS = ("fps", "control_frequency", "control_frequency_hz", "frequency_hz")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 _NAME = re.compile(r"^[A-Za-z]\w*$")
-_LANGUAGE = re.compile(r"^(natural_)?language_instruction(_\d+)?$|^instruction$")
 _LENGTH_PREFERENCE = ("is_first", "is_last", "is_terminal", "reward", "discount")
-_STEP_ROLES: dict[str, Role] = {"reward": "reward", "discount": "discount", "is_first": "is_first",
-                                "is_last": "is_last", "is_terminal": "terminal"}
 _QUERY_KEYS = {"name", "version", "splits", "split"}
-_IMAGE_MAGIC = ((b"\xff\xd8\xff", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"), (b"GIF8", "gif"), (b"BM", "bmp"))
 
 
 def parse_source_url(url: str) -> tuple[str, dict[str, str]]:
@@ -82,304 +80,6 @@ def parse_source_url(url: str) -> tuple[str, dict[str, str]]:
 
 def _versions_key(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("."))
-
-
-def _image_info(head: bytes) -> tuple[str | None, tuple[int, int, int] | None]:
-    """(format, (H, W, C)) from the first bytes of an encoded image (PNG IHDR, JPEG SOF); None when unknown."""
-    fmt = next((f for magic, f in _IMAGE_MAGIC if head.startswith(magic)), None)
-    if fmt == "png" and len(head) >= 26:
-        w, h = struct.unpack(">II", head[16:24])
-        return fmt, (h, w, {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}.get(head[25], 3))
-    if fmt == "jpeg":
-        pos = 2
-        while pos + 9 < len(head):
-            if head[pos] != 0xFF:
-                break
-            marker = head[pos + 1]
-            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-                pos += 2
-                continue
-            seg = struct.unpack(">H", head[pos + 2:pos + 4])[0]
-            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                h, w = struct.unpack(">HH", head[pos + 5:pos + 9])
-                return fmt, (h, w, head[pos + 9] if pos + 9 < len(head) else 3)
-            pos += 2 + seg
-    return fmt, None
-
-
-# ---- reading protobuf headers through ranged reads ------------------------------------------------------------
-class _Malformed(ValueError):
-    """The record is not a readable tf.train.Example (discover falls back to a full parse, then reports it)."""
-
-
-class _Window:
-    """Reads at absolute offsets of an open file through one cached block: the walk over a record's headers costs
-    a few small reads, and large values (images) are skipped without being read."""
-
-    def __init__(self, f: BinaryIO, size: int, block: int) -> None:
-        self.f, self.size, self.block = f, size, block
-        self.start, self.buf = 0, b""
-
-    def read(self, pos: int, n: int) -> bytes:
-        if pos < self.start or pos + n > self.start + len(self.buf):
-            self.f.seek(pos)
-            self.buf, self.start = self.f.read(min(max(n, self.block), self.size - pos)), pos
-        out = self.buf[pos - self.start:pos - self.start + n]
-        if len(out) != n:
-            raise _Malformed("truncated")
-        return out
-
-    def varint(self, pos: int, end: int) -> tuple[int, int]:
-        data = self.read(pos, min(10, end - pos))
-        result = 0
-        for i, b in enumerate(data):
-            result |= (b & 0x7F) << (7 * i)
-            if not b & 0x80:
-                return result, pos + i + 1
-        raise _Malformed("a varint runs past its message")
-
-
-def _fields(win: _Window, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """(field, wire type, payload offset, payload length) of each field in [pos, end), payloads unread."""
-    while pos < end:
-        tag, pos = win.varint(pos, end)
-        field, wire = tag >> 3, tag & 7
-        if wire == 2:
-            n, pos = win.varint(pos, end)
-        elif wire == 0:
-            start = pos
-            _, pos = win.varint(pos, end)
-            yield field, wire, start, pos - start
-            continue
-        elif wire in (1, 5):
-            n = 8 if wire == 1 else 4
-        else:
-            raise _Malformed(f"unsupported wire type {wire}")
-        if pos + n > end:
-            raise _Malformed("a field runs past its message")
-        yield field, wire, pos, n
-        pos += n
-
-
-def _entries(win: _Window, start: int, end: int) -> Iterator[tuple[bytes, tuple[int, int] | None]]:
-    """(key, (offset, length) of its Feature) of each entry of a serialized Example, reading headers only."""
-    for f, w, p, n in _fields(win, start, end):
-        if f != 1 or w != 2:
-            continue
-        for f2, w2, p2, n2 in _fields(win, p, p + n):
-            if f2 != 1 or w2 != 2:
-                continue
-            key, value = None, None
-            for f3, w3, p3, n3 in _fields(win, p2, p2 + n2):
-                if f3 == 1 and w3 == 2:
-                    if n3 > MAX_KEY_BYTES:
-                        raise _Malformed(f"a feature key of {n3} bytes")
-                    key = win.read(p3, n3)
-                elif f3 == 2 and w3 == 2:
-                    value = (p3, n3)
-            if key is not None:
-                yield key, value
-
-
-def _count_values(win: _Window, pos: int, n: int) -> int:
-    """How many values one Feature holds: bytes items are counted by their headers (never read), packed floats by
-    size, packed varints by their last bytes (the only payload read: 1 byte per bool/small int)."""
-    count = 0
-    for f, w, p, ln in _fields(win, pos, pos + n):
-        if w != 2 or f not in (1, 2, 3):
-            continue
-        for f2, w2, vp, vn in _fields(win, p, p + ln):
-            if f2 != 1:
-                continue
-            if f == 2 and w2 == 2:
-                if vn % 4:
-                    raise _Malformed("a packed float list is not a multiple of 4 bytes")
-                count += vn // 4
-            elif f == 3 and w2 == 2:
-                count += int(np.count_nonzero(np.frombuffer(win.read(vp, vn), np.uint8) < 0x80))
-            else:
-                count += 1
-    return count
-
-
-def _first_item(win: _Window, pos: int, n: int, limit: int) -> bytes | None:
-    """The first `limit` bytes of the first item of a BytesList Feature."""
-    for f, w, p, ln in _fields(win, pos, pos + n):
-        if f == 1 and w == 2:
-            for f2, w2, vp, vn in _fields(win, p, p + ln):
-                if f2 == 1 and w2 == 2:
-                    return win.read(vp, min(vn, limit))
-    return None
-
-
-# ---- features -> FeatureSpecs ----------------------------------------------------------------------------------
-def _role(leaf: Leaf) -> Role:
-    if not leaf.per_step:
-        return "metadata"
-    p = leaf.path[1:]
-    if leaf.cls == "Image":
-        depth = leaf.dtype == "uint16" or (leaf.shape[-1] == 1 and "depth" in "/".join(p).lower())
-        return "depth" if depth else "camera"
-    if p == ("observation", "state"):
-        return "state"
-    if p[0] == "action":
-        return "action"
-    if len(p) == 1 and p[0] in _STEP_ROLES and leaf.dtype != "string":
-        return _STEP_ROLES[p[0]]
-    if leaf.dtype == "string" and leaf.shape == () and _LANGUAGE.match(p[-1]):
-        return "language"
-    return "observation" if p[0] == "observation" else "other"
-
-
-def _note(leaf: Leaf) -> str | None:
-    notes = []
-    if leaf.dtype == "float64" and leaf.encoding == "none":
-        notes.append("float64 stored as float32 in the TFRecord (tf.Example float lists): float32 precision")
-    if leaf.encoding in ("bytes", "zlib"):
-        notes.append(f"stored {leaf.encoding}-encoded (tfds Tensor encoding), decoded by the reader")
-    if leaf.cls == "Image" and not leaf.encoding:
-        notes.append("features.json declares no encodingFormat: images are passed on as stored")
-    return "; ".join(notes) or None
-
-
-def _unique(names: list[str]) -> list[str]:
-    """Names made unique by suffixing the later repeats (`x`, `x_2`, ...)."""
-    out = list(names)
-    seen: dict[str, int] = {}
-    for i, name in enumerate(out):
-        n = seen.get(name, 0)
-        seen[name] = n + 1
-        if n:
-            out[i] = f"{name}_{n + 1}"
-    return out
-
-
-def _step_name(path: tuple[str, ...], flatten: bool) -> str:
-    parts = [q for p in path for q in ([p.replace("/", "_")] if flatten else p.split("/"))]
-    return "/".join(identifier(q) for q in parts)
-
-
-def _meta_type(leaf: Leaf) -> MetaType | None:
-    """How a target stores an episode-level value; None for a non-scalar (kept in Episode.metadata as an array)."""
-    if leaf.shape:
-        return None
-    if leaf.dtype == "string":
-        return "text"
-    return "bool" if leaf.dtype == "bool" else "float" if leaf.dtype.startswith("float") else "int"
-
-
-def build_specs(leaves: list[Leaf]) -> tuple[dict[str, FeatureSpec], dict[str, Leaf], dict[str, str]]:
-    """(FeatureSpecs by key, the leaf of each key, the Episode.metadata name of each episode-level key).
-
-    Keys are unique by construction (they are the Example's keys). Canonical names must not nest inside each other
-    either (`a/b` beside a leaf `a`): a step name whose '/' came from inside one key (kuka's
-    `clip_function_input/...`) is flattened with '_' when it would. Episode-level features are named
-    `episode_metadata/<path below episode_metadata, or their own top-level key>`."""
-    steps = [leaf for leaf in leaves if leaf.per_step]
-    top = [leaf for leaf in leaves if not leaf.per_step]
-    step_keys = ["/".join(leaf.path[1:]) for leaf in steps]
-    names = [_step_name(leaf.path[1:], False) for leaf in steps]
-
-    def parents(n: str) -> set[str]:
-        return {n.rsplit("/", i)[0] for i in range(1, n.count("/") + 1)}
-    every, inner = set(names), {p for n in names for p in parents(n)}
-    names = _unique([_step_name(leaf.path[1:], True) if any("/" in p for p in leaf.path[1:])
-                     and (n in inner or parents(n) & every) else n for leaf, n in zip(steps, names)])
-    top_keys = [leaf.flat_key if leaf.flat_key not in step_keys else f"episode/{leaf.flat_key}" for leaf in top]
-    meta = [identifier(("/".join(leaf.path[1:]) if leaf.path[0] == "episode_metadata" and len(leaf.path) > 1
-                    else leaf.flat_key).replace("/", "_")) for leaf in top]
-    for i, leaf in enumerate(top):  # the built-in keys keep their meaning (BUILTIN_METADATA): int id, text path
-        if meta[i] in BUILTIN_METADATA and _meta_type(leaf) != BUILTIN_METADATA[meta[i]]:
-            meta[i] = f"source_{meta[i]}"
-    meta = _unique(meta)
-    specs: dict[str, FeatureSpec] = {}
-    by_key: dict[str, Leaf] = {}
-    meta_names: dict[str, str] = {}
-    for leaf, key, name in [*zip(steps, step_keys, names), *zip(top, top_keys, [f"episode_metadata/{m}"
-                                                                               for m in meta])]:
-        kind = "image" if leaf.cls == "Image" else "string" if leaf.dtype == "string" else "tensor"
-        specs[key] = FeatureSpec(key, kind, leaf.dtype, leaf.shape, declared_shape=leaf.shape,
-                                 codec=(leaf.encoding or None) if kind == "image" else None, role=_role(leaf),
-                                 name=name, scalar=leaf.shape == (), note=_note(leaf))
-        by_key[key] = leaf
-        if not leaf.per_step:
-            meta_names[key] = name[len("episode_metadata/"):]
-    return specs, by_key, meta_names
-
-
-# ---- values ----------------------------------------------------------------------------------------------------
-def _numbers(leaf: Leaf, value: Any, rows: int, where: str) -> np.ndarray:
-    per = int(np.prod(leaf.shape)) if leaf.shape else 1
-    if leaf.encoding in ("bytes", "zlib"):
-        if not isinstance(value, list) or len(value) != rows:
-            raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} holds {_n_values(value)} encoded values for {rows} "
-                              "rows")
-        dtype = np.dtype(leaf.dtype).newbyteorder("<")
-        size = per * dtype.itemsize
-        out = []
-        for item in value:
-            if leaf.encoding == "zlib":
-                d = zlib.decompressobj()
-                try:
-                    item = d.decompress(item, size + 1)
-                except zlib.error as exc:
-                    raise DataCorrupt(f"{where}: feature {leaf.flat_key!r}: bad zlib data ({exc})") from exc
-            if len(item) != size:
-                raise DataCorrupt(f"{where}: feature {leaf.flat_key!r}: an encoded value of {len(item)} bytes, "
-                                  f"shape {list(leaf.shape)} {leaf.dtype} needs {size}")
-            out.append(np.frombuffer(item, dtype))
-        arr = np.stack(out) if out else np.zeros((0, per), dtype)
-        return arr.astype(leaf.dtype).reshape((rows, *leaf.shape))
-    want = "f" if leaf.dtype.startswith("float") else "i"
-    if not isinstance(value, np.ndarray) or (value.size and value.dtype.kind != want):
-        raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} is not stored as "
-                          f"{'a float' if want == 'f' else 'an int64'} list")
-    if value.size != rows * per:
-        raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} holds {value.size} values for {rows} rows of shape "
-                          f"{list(leaf.shape)}")
-    if leaf.dtype == "bool":
-        arr = value != 0
-    elif leaf.dtype == "uint64":
-        arr = value.astype(np.int64).view(np.uint64)
-    else:
-        arr = value.astype(leaf.dtype)
-    return arr.reshape((rows, *leaf.shape))
-
-
-def _n_values(value: Any) -> int:
-    return len(value) if isinstance(value, list) else int(getattr(value, "size", 0))
-
-
-def _strings(leaf: Leaf, value: Any, rows: int, where: str) -> np.ndarray:
-    per = int(np.prod(leaf.shape)) if leaf.shape else 1
-    if not isinstance(value, list) or len(value) != rows * per:
-        raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} holds {_n_values(value)} strings for {rows} rows")
-    out = np.empty(len(value), dtype=object)
-    for i, b in enumerate(value):
-        try:
-            out[i] = b.decode("utf-8")
-        except UnicodeDecodeError:
-            out[i] = bytes(b)  # a binary string tensor: kept as bytes, not mangled
-    return out.reshape((rows, *leaf.shape))
-
-
-def _images(leaf: Leaf, value: Any, rows: int, where: str) -> list[bytes]:
-    if not isinstance(value, list) or len(value) != rows:
-        raise DataCorrupt(f"{where}: image {leaf.flat_key!r} has {_n_values(value)} frames for {rows} steps")
-    for t, b in enumerate(value):
-        if not any(b.startswith(magic) for magic, _ in _IMAGE_MAGIC):
-            raise ImageDecodeError(f"{where}: image {leaf.flat_key!r} step {t} is not an encoded image "
-                                   f"({len(b)} bytes starting {bytes(b[:4])!r})")
-    return [bytes(b) for b in value]
-
-
-def _metadata_value(arr: np.ndarray, leaf: Leaf) -> Any:
-    if leaf.shape:
-        return arr[0]
-    v = arr[0]
-    if leaf.dtype == "string":
-        return v
-    return bool(v) if leaf.dtype == "bool" else float(v) if leaf.dtype.startswith("float") else int(v)
 
 
 class RldsReader(BaseReader):
@@ -412,8 +112,8 @@ class RldsReader(BaseReader):
         self.dataset_name = self.info.get("name")
         if not isinstance(self.dataset_name, str) or not _NAME.match(self.dataset_name):
             raise SourceFormatError(f"{INFO}: `name` {self.dataset_name!r:.60} is not a tfds dataset name")
-        self.file_format = self._file_format()
-        self.split_shards = self._split_shards()
+        self.file_format = file_format(self.info)
+        self.split_shards = split_shards(self.info, self.dataset_name, self.file_format)
         self.splits = self._select(splits)
         parsed = parse_features(self._read_json(FEATURES))
         self._unsupported = [u for u in parsed if isinstance(u, Unsupported)]
@@ -430,7 +130,7 @@ class RldsReader(BaseReader):
             self.apply_given_fps(fps)
         self.metadata_types: dict[str, MetaType] = dict(BUILTIN_METADATA)  # Episode.metadata: keys, how stored
         for key, name in self._meta_names.items():
-            if (t := _meta_type(self._leaves[key])) is not None:
+            if (t := meta_type(self._leaves[key])) is not None:
                 self.metadata_types[name] = t
         for key, spec in self.features.items():  # where the values that are not step data go (mapping.md)
             note = f"episode metadata `{self._meta_names[key]}`" if spec.role == "metadata" else \
@@ -487,53 +187,6 @@ class RldsReader(BaseReader):
                                     "(for a tfds data_dir, pass the dataset name: name=... or ?name=...)")
         return join(root, found[-1])
 
-    def _file_format(self) -> str:
-        fmt = self.info.get("fileFormat") or "tfrecord"
-        alternatives = self.info.get("alternativeFileFormats") or []
-        if fmt == "tfrecord" or (isinstance(alternatives, list) and "tfrecord" in alternatives):
-            return "tfrecord"
-        raise UnknownFormat(f"{INFO}: fileFormat {fmt!r:.40}: only TFRecord shards are supported (not "
-                            "array_record, parquet or riegeli)")
-
-    def _split_shards(self) -> dict[str, list[tuple[str, int]]]:
-        """split -> [(shard path relative to the version folder, declared episodes)], in dataset_info order."""
-        splits = self.info.get("splits")
-        if not isinstance(splits, list) or not splits:
-            raise SourceFormatError(f"{INFO}: `splits` is missing or empty")
-        out: dict[str, list[tuple[str, int]]] = {}
-        total = 0
-        for i, s in enumerate(splits):
-            name = s.get("name") if isinstance(s, dict) else None
-            if not isinstance(name, str) or not re.match(r"^[\w.-]{1,100}$", name) or name in out:
-                raise SourceFormatError(f"{INFO}: splits[{i}].name {name!r:.60} is not a unique split name")
-            lengths = s.get("shardLengths", [])
-            if not isinstance(lengths, list) or len(lengths) > MAX_SHARDS:
-                raise UnsafeInput(f"{INFO}: splits[{i}].shardLengths is not a list of at most {MAX_SHARDS}")
-            counts = []
-            for n in lengths:
-                try:
-                    n = int(n) if isinstance(n, (int, str)) and not isinstance(n, bool) and len(str(n)) < 20 \
-                        else None
-                except ValueError:
-                    n = None
-                counts.append(check_count(f"{INFO}: split {name} shard length", n, MAX_EPISODES))
-            total = check_count(f"{INFO}: total episodes", total + sum(counts), MAX_EPISODES)
-            template = s.get("filepathTemplate") or DEFAULT_TEMPLATE
-            out[name] = [(self._shard_path(template, name, j, len(counts)), n) for j, n in enumerate(counts)]
-        return out
-
-    def _shard_path(self, template: Any, split: str, index: int, num: int) -> str:
-        digits = max(5, len(str(num)))
-        fields = {"DATASET": self.dataset_name, "SPLIT": split, "FILEFORMAT": self.file_format,
-                  "SHARD_INDEX": f"{index:0{digits}d}", "NUM_SHARDS": f"{num:0{digits}d}",
-                  "SHARD_X_OF_Y": f"{index:0{digits}d}-of-{num:0{digits}d}"}
-        try:
-            return render_path_template(template, fields)
-        except UnsafeInput as exc:
-            raise UnsafeInput(f"{INFO}: split {split}: filepathTemplate: {exc}") from exc
-        except ValueError as exc:
-            raise SourceFormatError(f"{INFO}: split {split}: filepathTemplate {template!r:.80} ({exc})") from exc
-
     def _select(self, splits: list[str] | str | None) -> list[str]:
         if splits is None:
             return list(self.split_shards)
@@ -565,7 +218,7 @@ class RldsReader(BaseReader):
             if leaf not in open_:
                 out.append(leaf)
                 continue
-            fmt, hwc = _image_info(heads.get(leaf.flat_key, b""))
+            fmt, hwc = image_info(heads.get(leaf.flat_key, b""))
             if -1 in leaf.shape:
                 if hwc is None:
                     self._unsupported.append(Unsupported(leaf.path, f"image shape {list(leaf.shape)} is open and "
@@ -591,15 +244,15 @@ class RldsReader(BaseReader):
                 if size < 16:
                     continue
                 with self.open_binary(rel, sequential=False) as f:
-                    win = _Window(f, size, self._block)
+                    win = Window(f, size, self._block)
                     (n,) = struct.unpack("<Q", win.read(0, 8))
                     heads: dict[str, bytes] = {}
                     try:
-                        for key, value in _entries(win, 12, min(12 + n, size)):
+                        for key, value in entries(win, 12, min(12 + n, size)):
                             k = key.decode("utf-8", "replace")
                             if k in keys and value is not None:
-                                heads[k] = _first_item(win, *value, 64 << 10) or b""
-                    except _Malformed:
+                                heads[k] = first_item(win, *value, 64 << 10) or b""
+                    except Malformed:
                         pass
                     return heads
         return {}
@@ -728,19 +381,12 @@ class RldsReader(BaseReader):
                                     "the episode will be quarantined"))
         size = self._file_size(rel)
         with self.open_binary(rel, sequential=False) as f:
-            win = _Window(f, size, self._block)
+            win = Window(f, size, self._block)
             pos = 0
             while pos < size:
-                if size - pos < 16:
-                    bad(pos, size - pos, "truncated record header")
-                    break
-                head = win.read(pos, 12)
-                (n,) = struct.unpack("<Q", head[:8])
-                if struct.unpack("<I", head[8:])[0] != masked_crc(head[:8]):
-                    bad(pos, size - pos, "record length CRC mismatch (the rest of the shard is unreadable)")
-                    break
-                if n > size - pos - 16:
-                    bad(pos, size - pos, f"a record of {n} bytes runs past the end of the file")
+                n, framing = record_length(win, pos, size)
+                if framing:
+                    bad(pos, size - pos, framing)
                     break
                 steps, problem = self._record_steps(win, pos, n)
                 if problem:
@@ -753,28 +399,28 @@ class RldsReader(BaseReader):
                                     f"{declared} (tfds refuses to read this split)", declared, len(records)))
         return records, problems
 
-    def _record_steps(self, win: _Window, pos: int, n: int) -> tuple[int | None, str | None]:
+    def _record_steps(self, win: Window, pos: int, n: int) -> tuple[int | None, str | None]:
         """The episode length from one small per-step feature, found by walking headers; else a full parse."""
         leaf = self._length_leaf
         if leaf is None:
             return 0, None
         want = leaf.flat_key.encode()
         try:
-            for key, value in _entries(win, pos + 12, pos + 12 + n):
+            for key, value in entries(win, pos + 12, pos + 12 + n):
                 if key == want:
-                    count = _count_values(win, *value) if value else 0
+                    count = count_values(win, *value) if value else 0
                     per = 1 if leaf.cls == "Image" or leaf.encoding != "none" else int(np.prod(leaf.shape or (1,)))
                     if count % per:
                         break
                     return self._check_length(count // per), None
-        except _Malformed:
+        except Malformed:
             pass
         except RoboRayError as exc:  # an absurd length: this episode is quarantined, not the whole dataset
             return None, str(exc)
         if n > MAX_RECORD_BYTES:
             return None, f"a record of {n} bytes is over the {MAX_RECORD_BYTES}-byte limit"
         try:
-            flat = decode_example(self._verified(win.read(pos, n + 16)))
+            flat = decode_example(verified_payload(win.read(pos, n + 16)))
             return self._steps_of(flat, "record"), None
         except (ValueError, IndexError, RoboRayError) as exc:
             return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -782,14 +428,6 @@ class RldsReader(BaseReader):
     @staticmethod
     def _check_length(steps: int) -> int:
         return check_count("episode length", steps, MAX_EPISODE_LENGTH)
-
-    @staticmethod
-    def _verified(framed: bytes) -> bytes:
-        """The payload of one framed record, both CRCs checked (ValueError otherwise)."""
-        payloads = list(read_records(io.BytesIO(framed)))
-        if len(payloads) != 1:
-            raise ValueError(f"the byte range holds {len(payloads)} records, not 1")
-        return payloads[0]
 
     def _steps_of(self, flat: dict[str, Any], where: str) -> int:
         """T from a decoded Example: the length feature, else any per-step feature."""
@@ -800,7 +438,7 @@ class RldsReader(BaseReader):
             return 0
         leaf = cands[0]
         per = 1 if leaf.cls == "Image" or leaf.encoding != "none" else int(np.prod(leaf.shape or (1,)))
-        count = _n_values(flat[leaf.flat_key])
+        count = n_values(flat[leaf.flat_key])
         if count % per:
             raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} holds {count} values, not a multiple of its "
                               f"shape {list(leaf.shape)}")
@@ -823,7 +461,7 @@ class RldsReader(BaseReader):
         except FileNotFoundError as exc:
             raise DataMissing(f"{where}: the shard is missing") from exc
         try:
-            payload = self._verified(framed)
+            payload = verified_payload(framed)
             flat = decode_example(payload)
         except (ValueError, IndexError) as exc:  # framing/CRC, or a malformed Example
             raise DataCorrupt(f"{where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
@@ -840,13 +478,14 @@ class RldsReader(BaseReader):
                     raise DataCorrupt(f"{where}: feature {leaf.flat_key!r} is missing")
                 value = []
             if spec.kind == "image":
-                ep.images[key] = _images(leaf, value, rows, where)
+                ep.images[key] = image_frames(leaf, value, rows, where)
                 continue
-            arr = _strings(leaf, value, rows, where) if spec.kind == "string" else _numbers(leaf, value, rows, where)
+            arr = decode_strings(leaf, value, rows, where) if spec.kind == "string" else \
+                decode_numbers(leaf, value, rows, where)
             if leaf.per_step:
                 ep.columns[key] = arr
             else:
-                ep.metadata[self._meta_names[key]] = _metadata_value(arr, leaf)
+                ep.metadata[self._meta_names[key]] = metadata_value(arr, leaf)
         tasks = ep.columns.get(self._task_key) if self._task_key else None
         ep.step_tasks = [t if isinstance(t, str) else t.decode("utf-8", "replace") for t in tasks] \
             if tasks is not None else [""] * steps
