@@ -10,7 +10,9 @@ def quiet_data_context() -> Any:
     and status lines); returned for the caller's further settings."""
     from ray.data.context import DataContext
 
-    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its progress lines and "progress bars disabled"
+    # its progress lines, "progress bars disabled", and the traceback of every block whose task failed: robo-ray
+    # runs those units again (ray_exec/executor.py: rounds) and reports what it could not convert
+    logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
     return ctx

@@ -31,7 +31,7 @@ def _lerobot(tmp: Path) -> Path:
 
 
 def _ortf(tmp: Path) -> Path:
-    from robo_ray.formats.ortf.writer import write_ortf
+    from robo_ray.formats.ortf.api import write_ortf
 
     write_ortf(str(_lerobot(tmp)), str(tmp / "ortf"))
     return tmp / "ortf"

@@ -331,24 +331,32 @@ def test_robomimic_findings(tmp_path: Path) -> None:
 
 
 def test_aloha_long_episode_converts_in_bounded_memory(tmp_path: Path) -> None:
-    """The same 1,000-step 4-camera 480x640 episode through `robo-ray run` to RLDS (in-process) in a fresh Python:
-    its peak RSS stays far below the 3.7 GB the decoded frames would take (measured ~0.75 GB, the encoded output
-    included)."""
+    """A 1,000-step 4-camera 480x640 ALOHA episode through `robo-ray run` to RLDS (in-process) in a fresh Python:
+    its peak RSS stays under half of what its frames take decoded (3.7 GB, computed here), so they are streamed in
+    chunks, never held whole. (It is not flat in the episode's length: 293 MB at 250 steps, 738 MB at 1,000 here,
+    the episode's encoded record included; bench/ measures the absolute peak.)"""
     import subprocess
     import sys
 
     from tests.conftest import REPO
 
-    aloha_gen.write_episode(tmp_path / "long" / "episode_0.hdf5", 0, 1000, hw=(480, 640), distinct_frames=4)
-    argv = ["robo-ray", "run", str(tmp_path / "long"), str(tmp_path / "out"), "--set", "validate.tfds_readback=false"]
-    code = ("import resource, sys\nfrom robo_ray.cli import main\n"  # main, not entry: entry os._exit()s
-            f"rc = main({argv[1:]!r})\n"
-            "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(rc)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    assert "1 episodes / 1000 steps written" in proc.stdout + proc.stderr
-    peak_kb = int(proc.stderr.rsplit("PEAK_KB", 1)[1].split()[0])
-    assert peak_kb < 1_500_000, f"peak RSS {peak_kb >> 10} MB"
+    def peak_kb(steps: int) -> int:
+        src, out = tmp_path / f"long{steps}", tmp_path / f"out{steps}"
+        aloha_gen.write_episode(src / "episode_0.hdf5", 0, steps, hw=(480, 640), distinct_frames=4)
+        argv = [str(src), str(out), "--set", "validate.tfds_readback=false"]
+        code = ("import resource, sys\nfrom robo_ray.cli import main\n"  # main, not entry: entry os._exit()s
+                f"rc = main(['run', *{argv!r}])\n"
+                "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+                "sys.exit(rc)\n")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert f"1 episodes / {steps} steps written" in proc.stdout + proc.stderr
+        return int(proc.stderr.rsplit("PEAK_KB", 1)[1].split()[0])
+
+    steps, cameras, h, w = 1000, 4, 480, 640
+    decoded_kb = steps * cameras * h * w * 3 >> 10
+    peak = peak_kb(steps)
+    assert peak < decoded_kb / 2, f"peak RSS {peak >> 10} MB; the decoded frames take {decoded_kb >> 10} MB"
 
 
 @pytest.mark.parametrize("name", ["libero", "aloha-real-jpeg", "act-sim-raw"])

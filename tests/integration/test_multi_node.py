@@ -8,7 +8,8 @@ worktree on PYTHONPATH in their environment, as a real cluster's nodes get them 
 CLI connects with `--address` (what the README's "Several nodes" section shows). Teardown stops exactly the
 processes of this cluster (found through its private temp dirs, which share a prefix), never `ray stop`.
 
-Checks: (a) the run's two UnitActors were placed on the two nodes and their `run_unit` calls ran on both (Ray's
+Checks: (a) the run's two pool actors (Ray Data's MapWorker of UnitMapper) were placed on the two nodes and
+their unit calls ran on both (Ray's
 state API); (b) every file of the dataset folder, downloaded from S3, has the sha256 of an in-process run (no Ray)
 of the same job; (c) validation passed (exit 0); (d) a local destination on this 2-node cluster is refused in one
 line (RR205, exit 2, nothing written) and accepted with --shared-destination.
@@ -38,6 +39,7 @@ VENV_BIN = Path(sys.executable).parent
 SRC_BUCKET, OUT_BUCKET = "multi-src", "multi-out"
 SRC = f"s3://{SRC_BUCKET}/in/v30_8ep"
 SETS = ["--set", "plan.min_shards=4", "--set", "validate.tfds_readback=false"]
+POOL_ACTOR = "MapBatches(UnitMapper)"  # Ray Data's pool actor class (MapWorker(...)) and its unit calls (.submit)
 RUN_TIMEOUT_S = 480  # a conversion on 2 Ray nodes of a loaded 2-core machine
 
 
@@ -53,15 +55,15 @@ class Cluster:
     def unit_actors(self) -> list[Any]:
         from ray.util.state import list_actors
 
-        return list_actors(address=self.dashboard, filters=[("class_name", "=", "UnitActor")], limit=1000,
-                           timeout=30)
+        return [a for a in list_actors(address=self.dashboard, limit=1000, timeout=30)
+                if POOL_ACTOR in (a.class_name or "")]
 
     def run_unit_tasks(self, job_id: str) -> list[Any]:
         from ray.util.state import list_tasks
 
-        return list_tasks(address=self.dashboard, filters=[("job_id", "=", job_id),
-                                                           ("func_or_class_name", "=", "UnitActor.run_unit")],
-                          limit=1000, timeout=30)
+        return [t for t in list_tasks(address=self.dashboard, filters=[("job_id", "=", job_id)], limit=1000,
+                                      timeout=30)
+                if POOL_ACTOR in (t.func_or_class_name or "") and t.func_or_class_name.endswith(".submit")]
 
 
 def _ray_start(args: list[str], env: dict[str, str]) -> None:

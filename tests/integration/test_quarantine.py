@@ -72,7 +72,7 @@ def test_frame_count_mismatch_is_quarantined(tmp_path: Path) -> None:
     proc = run_cli("run", str(src), str(tmp_path / "out"), "--set", "validate.tfds_readback=false")
     assert proc.returncode == 3
     q = [ln for ln in proc.stderr.splitlines() if ln.startswith("quarantined[")]
-    assert len(q) == 1 and "EP103" in q[0] and "episode=1" in q[0] and "11 rows" in q[0], q
+    assert len(q) == 1 and "EP103" in q[0] and "episode=1" in q[0] and "11 steps" in q[0], q
 
 
 def test_threshold_allows_quarantine(tmp_path: Path) -> None:
