@@ -395,9 +395,11 @@ def _unit_dataset(units: list[Unit], ctx: Any, size: PoolSize) -> Any:
     data_ctx = quiet_data_context()
     data_ctx.max_errored_blocks = -1  # a unit whose task failed comes back in the next round, not as a job failure
     # one unit in flight per actor: the pool's utilisation tops at 1.0, so grow at 1.0 (Ray Data's default 1.75
-    # assumes queued tasks) and release actors once half of them idle
+    # assumes queued tasks); never shrink on utilisation (at 0.5, 2 actors lost one whenever one was between two
+    # units and paid a new actor's start-up: g1 2 actors fell to 0.52 of the 2-process limit). Idle actors still
+    # go at the tail: Ray Data releases them once every unit is handed out.
     data_ctx.autoscaling_config = AutoscalingConfig(actor_pool_util_upscaling_threshold=1.0,
-                                                    actor_pool_util_downscaling_threshold=0.5)
+                                                    actor_pool_util_downscaling_threshold=0.0)
     ordered = sorted(units, key=lambda u: (-sum(r.length for r in u.refs), u.index))
     rows = [{"index": u.index, "unit": pickle.dumps(u)} for u in ordered]
     top = min(size.max_size, len(rows))
