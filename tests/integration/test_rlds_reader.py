@@ -294,6 +294,52 @@ def test_broken_framing_missing_and_cut_shards(data_dir: Path, tmp_path: Path) -
                         "val[1]": "ok"}
 
 
+def test_corrupt_header_mid_shard_quarantines_the_rest_by_name(data_dir: Path, tmp_path: Path) -> None:
+    """A corrupt length header hides the records after it: each declared episode behind it is still a ref,
+    quarantined with its own line, and the next split keeps its indices (it used to shift them)."""
+    src = _copy(data_dir / "robo_ray_oxe" / "1.0.0", tmp_path / "v")
+    first = src / "robo_ray_oxe-train.tfrecord-00000-of-00002"
+    offset, _ = _records(first)[0]
+    data = bytearray(first.read_bytes())
+    data[offset + 9] ^= 0xFF  # the first record's length CRC: nothing in this shard can be located
+    first.write_bytes(bytes(data))
+    declared = len(_records(data_dir / "robo_ray_oxe" / "1.0.0" / first.name))
+    reader = RldsReader(str(src))
+    inv = reader.discover()
+    clean = RldsReader(str(data_dir / "robo_ray_oxe" / "1.0.0")).discover()
+    assert [(r.episode_index, r.source_id) for r in inv.refs] == [(r.episode_index, r.source_id) for r in clean.refs]
+    errors = [f for f in inv.findings if f.level == "error"]
+    assert [f.code for f in errors] == ["R104"]
+    if declared > 1:
+        assert f"the {declared - 1} episode(s) declared after it" in errors[0].message
+    for ref in inv.refs:
+        if ref.data_path == first.name:
+            with pytest.raises(DataCorrupt) as info:
+                reader.load_episode(ref)
+            assert f"episode {ref.episode_index}" in info.value.line() and first.name in info.value.line()
+        else:
+            assert reader.load_episode(ref).length == ref.length
+
+
+def test_rlds_to_rlds_keeps_source_episode_ids_and_validates(data_dir: Path, tmp_path: Path) -> None:
+    """An OXE dataset's own episode_metadata/episode_id (not robo-ray's index: its val episodes hold other ids) is
+    written as it was, and validation still matches every record to its episode (by the ledger's order)."""
+    import tensorflow_datasets as tfds
+
+    src = data_dir / "robo_ray_oxe" / "1.0.0"
+    out = tmp_path / "out"
+    proc = run_cli("run", str(src), str(out), "--to", "rlds", "--mode", "in-process")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "validation passed" in proc.stdout
+    want = {split: [int(e["episode_metadata"]["episode_id"]) for e in
+                    tfds.as_numpy(tfds.builder_from_directory(str(src)).as_dataset(split=split))]
+            for split in ("train", "val")}
+    written = tfds.builder_from_directory(str(out / "rlds" / "robo_ray_oxe" / "1.0.0"))
+    got = {split: [int(e["episode_metadata"]["episode_id"]) for e in tfds.as_numpy(written.as_dataset(split=split))]
+           for split in ("train", "val")}
+    assert got == want and want["val"] != list(range(len(want["train"]), len(want["train"]) + len(want["val"])))
+
+
 def _obs(d: dict) -> dict:
     steps = d["featuresDict"]["features"]["steps"]["sequence"]["feature"]["featuresDict"]["features"]
     return steps["observation"]["featuresDict"]["features"]

@@ -386,7 +386,12 @@ class RldsReader(BaseReader):
             while pos < size:
                 n, framing = record_length(win, pos, size)
                 if framing:
-                    bad(pos, size - pos, framing)
+                    hidden = max(0, declared - len(records) - 1)
+                    bad(pos, size - pos, framing + (f"; the {hidden} episode(s) declared after it too" if hidden
+                                                    else ""))
+                    # the episodes declared after it cannot be located: listed (length 0 = unreadable) so they
+                    # are quarantined by name and the following shards keep their indices
+                    records += [(pos, 0, None)] * max(0, declared - len(records))
                     break
                 steps, problem = self._record_steps(win, pos, n)
                 if problem:
@@ -454,6 +459,9 @@ class RldsReader(BaseReader):
         if ref.locator is None:
             raise DataMissing(f"{where}: the shard is missing")
         offset, length = ref.locator
+        if length == 0:
+            raise DataCorrupt(f"{where}: unreadable: a corrupt record header at byte {offset} hides the rest of "
+                              "the shard")
         if length - 16 > MAX_RECORD_BYTES:
             raise EpisodeTooLarge(f"{where}: a record of {length} bytes is over the {MAX_RECORD_BYTES}-byte limit")
         try:

@@ -149,6 +149,7 @@ class RldsVerifier:
         stats = StatsAccumulator(self.mapping)
         samples: dict[int, WrittenSample] = {}
         count = 0
+        ledger_ids = [int(e) for e, _ in r.episodes]
         corrupt: ValueError | None = None
         try:
             raw_file = open_sequential(self.fs, join(self.dataset_dir, name))
@@ -165,10 +166,10 @@ class RldsVerifier:
                     ex = decode_example(rec.read_all()) if rec.length <= STREAM_RECORDS_OVER \
                         else decode_example_stream(rec, big=STREAM_RECORDS_OVER // 4)
                     rec.finish()
-                    ep_id = int(np.asarray(ex.get("episode_metadata/episode_id", [-1]))[0])
+                    # the k-th record is the k-th episode the ledger lists (the writer keeps that order): its
+                    # episode_metadata/episode_id may be the source's own id (an OXE dataset's), not our index
+                    ep_id = ledger_ids[count - 1] if count <= len(ledger_ids) else -count
                     T = len(ex.get("steps/is_first", []))
-                    if ep_id in c.episode_steps:
-                        c.fail("unique episodes", f"episode {ep_id} appears twice (shard {name})")
                     c.episode_steps[ep_id] = T
                     if ep_id in self.ctx.sample_ids:
                         samples[ep_id] = self._sample(ex, T)
