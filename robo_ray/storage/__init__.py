@@ -15,7 +15,7 @@ from robo_ray.storage.atomic import (UPLOAD_BLOCK, create_exclusive, discard_upl
                                      write_chunks_atomic, write_text_atomic)
 from robo_ray.storage.connect import DEFAULT_S3_ATTEMPTS, url_to_fs
 from robo_ray.storage.errors import is_transport_error, storage_error
-from robo_ray.storage.hashing import HashingReader, hash_file, sha256_file
+from robo_ray.storage.hashing import HashingReader, hash_against, hash_file, sha256_file
 from robo_ray.storage.listing import is_empty_dir, ls_or_empty, read_json_or_none
 from robo_ray.storage.probe import (DEFAULT_PROBE_TIMEOUT_S, PROBE_TIMEOUT_ENV, check_bucket, check_hf_repo,
                                     probe_timeout)
@@ -30,7 +30,7 @@ from robo_ray.storage.urls import (OBJECT_STORES, is_local, is_object_store, joi
 __all__ = [
     "ATOMIC_PUT", "DEFAULT_PROBE_TIMEOUT_S", "DEFAULT_RETRY_ATTEMPTS", "DEFAULT_RETRY_BACKOFF_S", "DEFAULT_S3_ATTEMPTS",
     "HashingReader", "MAX_RETRY_BACKOFF_S", "OBJECT_STORES", "PROBE_TIMEOUT_ENV", "RETRY_ATTEMPTS_ENV",
-    "RETRY_BACKOFF_ENV", "RetryingFileSystem", "STREAM_BLOCK", "UPLOAD_BLOCK", "check_bucket", "check_hf_repo",
+    "RETRY_BACKOFF_ENV", "RetryingFileSystem", "STREAM_BLOCK", "UPLOAD_BLOCK", "check_bucket", "check_hf_repo", "hash_against",
     "create_exclusive", "discard_upload", "hash_file", "is_empty_dir", "is_local", "is_object_store",
     "is_transient", "is_transport_error", "join", "ls_or_empty", "open_input", "open_sequential", "open_upload",
     "probe_timeout", "protocol_of", "read_json_or_none", "retry_attempts", "retry_call", "retry_stats", "scheme_of",

@@ -48,3 +48,17 @@ def hash_file(fs: fsspec.AbstractFileSystem, path: str, keep: bool = False) -> t
     with open_sequential(fs, path) as f:
         reader = HashingReader(f)
         return b"", reader.hexdigest(), reader.n
+
+
+def hash_against(fs: fsspec.AbstractFileSystem, path: str, size: int, digest: str, keep: bool = False
+                 ) -> tuple[bytes | None, str, str | None]:
+    """(the file's bytes when `keep`, b"" otherwise, or None when it is missing; its sha256; what differs from the
+    recorded `size` and `digest`, or None) — a committed file checked against its ledger entry."""
+    try:
+        raw, got, n = hash_file(fs, path, keep)
+    except FileNotFoundError:
+        return None, "", None
+    if got != digest or n != size:
+        return raw, got, (f"sha256 {got[:12]}… ({n} bytes) differs from the ledger's {digest[:12]}… ({size} bytes) "
+                          "(modified after conversion)")
+    return raw, got, None

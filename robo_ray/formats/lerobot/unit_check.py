@@ -36,7 +36,7 @@ from robo_ray.stages.check_records import UnitCheck
 from robo_ray.stages.norm_stats import StatsAccumulator
 from robo_ray.stages.sample_compare import WrittenSample, compare_samples
 from robo_ray.stages.sampling import sample_indices
-from robo_ray.storage import hash_file, is_local, join, open_sequential
+from robo_ray.storage import hash_against, is_local, join, open_sequential
 from robo_ray.writers.base import UnitResult, VerifyContext
 
 if TYPE_CHECKING:
@@ -128,15 +128,11 @@ class LeRobotUnitVerifier:
     def _hash(self, name: str, size: int, digest: str, c: UnitCheck, keep: bool) -> bytes | None:
         """Hash one file of the unit against its result (its bytes returned when `keep`, b"" otherwise); None when
         it is missing."""
-        p = self.path(name)
-        try:
-            raw, got, n = hash_file(self.fs, p, keep)
-        except FileNotFoundError:
-            return None
-        c.sha256[name] = got
-        if got != digest or n != size:
-            _fail(c, f"checksum {name}", f"{name} sha256 {got[:12]}… ({n} bytes) differs from the ledger's "
-                   f"{digest[:12]}… ({size} bytes) (modified after conversion)")
+        raw, got, problem = hash_against(self.fs, self.path(name), size, digest, keep)
+        if raw is not None:
+            c.sha256[name] = got
+        if problem:
+            _fail(c, f"checksum {name}", f"{name} {problem}")
         return raw
 
     def _check_data(self, u: UnitView, raw: bytes, fps: int, keep: set[int], c: UnitCheck,
