@@ -109,7 +109,7 @@ def parse_array(zarray: dict[str, Any], key: str, where: str) -> ArrayMeta | str
     if per_step > MAX_ELEMENTS_PER_STEP:
         raise UnsafeInput(f"{where}: shape {list(shape)} holds {per_step} values a step (limit "
                           f"{MAX_ELEMENTS_PER_STEP})")
-    chunk_bytes = int(np.prod([min(c, max(s, 1)) for c, s in zip(chunks, shape)], dtype=np.int64)) * item
+    chunk_bytes = int(np.prod(chunks, dtype=np.int64)) * item  # zarr decodes whole chunks, edge ones too
     if chunk_bytes > MAX_CHUNK_BYTES:
         raise UnsafeInput(f"{where}: chunks {list(chunks)} of {dtype} are {chunk_bytes} bytes decoded (limit "
                           f"{MAX_CHUNK_BYTES})")

@@ -115,7 +115,8 @@ class ZarrBufferReader(BaseReader):
         zarray = store.meta(f"{ENDS}/.zarray")
         meta = arrays.parse_array(zarray or {}, "episode_ends", where)
         if isinstance(meta, str) or len(meta.shape) != 1 or np.dtype(meta.dtype).kind not in "iu":
-            raise SourceFormatError(f"{where}: not a 1-D integer array ({meta if isinstance(meta, str) else meta.dtype})")
+            what = meta if isinstance(meta, str) else f"{meta.dtype} {list(meta.shape)}"
+            raise SourceFormatError(f"{where}: not a 1-D integer array ({what})")
         check_count(f"{where}: number of episodes", meta.rows, MAX_EPISODES)
         try:
             ends = np.asarray(self._read(ENDS, 0, meta.rows, where), dtype=np.int64)

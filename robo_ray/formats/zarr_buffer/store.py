@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import MutableMapping
 from typing import Any, Iterator
+
+from zarr.storage import BaseStore
 
 from robo_ray.errors import SourceFormatError, UnsafeInput
 from robo_ray.storage import open_input
@@ -91,9 +92,13 @@ class ZarrStore:
             self._handle = None
 
 
-class StrictStore(MutableMapping):
-    """A read-only mapping over an FSStore in which a missing chunk is an error (`ChunkMissing`), not a KeyError
-    (zarr reads a KeyError as "fill value")."""
+class StrictStore(BaseStore):
+    """A read-only store over an FSStore in which a missing chunk is an error (`ChunkMissing`), not a KeyError
+    (zarr reads a KeyError, or a key left out of `getitems`, as "fill value")."""
+
+    _readable = True
+    _writeable = False
+    _erasable = False
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -105,6 +110,10 @@ class StrictStore(MutableMapping):
             if posixpath.basename(key) in META_NAMES:
                 raise
             raise ChunkMissing(key) from None
+
+    def getitems(self, keys: Any, *, contexts: Any = None) -> dict[str, bytes]:
+        """Every key asked for, or `ChunkMissing` (zarr's own `getitems` drops the keys a store lacks)."""
+        return {k: self[k] for k in keys}
 
     def __contains__(self, key: object) -> bool:
         return key in self._inner
