@@ -219,7 +219,7 @@ class ZarrBufferReader(BaseReader):
             findings.append(Finding("warning", "ZR103", f"{self.store_rel}: data/{extra[0]} has rows after the last "
                                     f"episode's end {self.ends[-1]}; they are left out", int(self.ends[-1]),
                                     self.meta[extra[0]].rows))
-        declared = {"store": self.store_rel, "store_kind": "zip" if self._open_store().root == "" else "directory",
+        declared = {"store": self.store_rel, "store_kind": "zip" if self._open_store().zip is not None else "directory",
                     "layout": self.layout, "arrays": {k: m.declared() for k, m in list(self.meta.items())[:100]},
                     "fps_source": self.fps_source, "left_out": self.skipped[:50]}
         name = self.store_rel.removesuffix(".zip").removesuffix(".zarr")
