@@ -269,3 +269,49 @@ def test_umi_zip_converts_on_ray_actors(made: Callable[[str], Path], tmp_path: P
     assert "units re-read by the workers that wrote them, 0 re-read at the end" in log, log[-2000:]
     again = run_cli("run", str(src), str(out), *args, "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
+
+
+# ---- detection and findings -----------------------------------------------------------------------------------
+def test_detection_takes_only_replay_buffers(made: Callable[[str], Path], tmp_path: Path) -> None:
+    """HDF5 recordings and LeRobot folders stay with their readers; --format zarr on them says what is missing; a
+    folder of two stores is one clear error."""
+    from robo_ray.errors import SourceFormatError
+    from tests.fixtures import aloha_gen, robomimic_gen
+    from tests.fixtures.lerobot_gen import DatasetSpec, write_lerobot_dataset
+
+    robomimic = robomimic_gen.write_robomimic(tmp_path / "rm" / "image.hdf5", (4, 3), (16, 16))
+    aloha = aloha_gen.write_dataset(tmp_path / "aloha", (4, 3), hw=(16, 16))
+    lerobot = write_lerobot_dataset(tmp_path / "lr", DatasetSpec(version="v3.0", episode_lengths=[4, 3]))
+    assert [detect_format(str(p)) for p in (robomimic, robomimic.parent, aloha, lerobot)] == \
+        ["robomimic", "robomimic", "aloha", "lerobot"]
+    for p in (robomimic, aloha):
+        with pytest.raises(SourceFormatError, match="not a zarr replay buffer"):
+            open_reader(str(p), "zarr")
+    two = tmp_path / "two"
+    zarr_gen.write_umi(two / "a.zarr.zip", (3,))
+    zarr_gen.write_pusht(two / "b.zarr", (3,))
+    with pytest.raises(SourceFormatError, match="holds 2 zarr stores"):
+        detect_format(str(two))
+    assert detect_format(str(two / "b.zarr")) == "zarr"
+
+
+def test_findings_name_the_episodes(tmp_path: Path) -> None:
+    """episode_ends past the data (ZR101), an empty episode (ZR102), rows after the last episode (ZR103) are
+    warnings naming the episodes; those episodes are quarantined when loaded, the others load."""
+    from robo_ray.errors import DataCorrupt, DataMissing
+
+    src = zarr_gen.write_pusht(tmp_path / "p" / "pusht.zarr", (5, 6, 4, 7))
+    g = zarr.open_group(str(src), mode="r+")
+    g["meta/episode_ends"][:] = np.array([5, 5, 15, 25], dtype=np.int64)  # episode 1 empty, 3 past the 22 rows
+    g["data/img"].resize((30, 48, 48, 3))  # and one array longer than the rest
+    reader = open_reader(str(src))
+    inv = reader.discover()
+    by_code = {f.code: f.message for f in inv.findings}
+    assert {"ZR101", "ZR102", "ZR103"} <= set(by_code), inv.findings
+    assert "episodes 3 will be quarantined" in by_code["ZR101"] and "episodes 1 hold no steps" in by_code["ZR102"]
+    with pytest.raises(DataMissing, match="episode 1: holds no steps"):
+        reader.load_episode(inv.refs[1])
+    with pytest.raises(DataCorrupt, match="episode 3: data/action has 22 rows"):
+        reader.load_episode(inv.refs[3])
+    for k in (0, 2):
+        assert reader.load_episode(inv.refs[k]).length == [5, 10][k // 2]
