@@ -26,6 +26,8 @@ REGISTRY: dict[str, str] = {
     # /observations + /action), so none takes another's file
     "robomimic": "robo_ray.formats.robomimic.reader:RobomimicReader",
     "aloha": "robo_ray.formats.aloha.reader:AlohaReader",
+    # zarr replay buffers (Diffusion Policy, UMI): a .zgroup with meta/episode_ends/.zarray, or a zip store of one
+    "zarr": "robo_ray.formats.zarr_buffer.reader:ZarrBufferReader",
     "rlds": "robo_ray.formats.rlds.reader:RldsReader",
 }
 # What to install when a reader's module cannot be imported (shown with the ImportError; a format whose
@@ -36,6 +38,7 @@ INSTALL_HINTS: dict[str, str] = {
     "minari": "pip install h5py (the minari package itself is not needed)",
     "robomimic": "pip install h5py",
     "aloha": "pip install h5py simplejpeg",
+    "zarr": "pip install 'zarr>=2.18,<3' numcodecs imagecodecs",
 }
 
 log = logging.getLogger("robo_ray.readers")

@@ -13,15 +13,16 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 import pytest
+import zarr
 
 from robo_ray.config import load_config
-from robo_ray.errors import (DataCorrupt, EpisodeDataOutside, EpisodeError, EpisodeTooLarge, RoboRayError,
+from robo_ray.errors import (DataCorrupt, DataMissing, EpisodeDataOutside, EpisodeError, EpisodeTooLarge, RoboRayError,
                              SourceFormatError, UnknownFormat, UnsafeInput)
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import detect_format, open_reader
 from robo_ray.stages.pipeline import run_pipeline
 from tests.conftest import require_shared
-from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen
+from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen, zarr_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
 Maker = Callable[[Path], Path]
@@ -74,6 +75,10 @@ CASES: dict[str, tuple[str, Maker]] = {
     "aloha-gen-jpeg": ("aloha", lambda tmp: aloha_gen.write_dataset(tmp / "aloha_task")),
     "aloha-gen-sim-raw": ("aloha", lambda tmp: aloha_gen.write_dataset(tmp / "sim_task", compress=False, sim=True,
                                                                        cameras=("top", "angle"))),
+    "zarr-gen-pusht-dir": ("zarr", lambda tmp: zarr_gen.write_pusht(tmp / "pusht" / "pusht.zarr").parent),
+    "zarr-gen-dp-zip": ("zarr", lambda tmp: zarr_gen.write_dp_zip(tmp / "lift" / "image.hdf5.zarr.zip").parent),
+    "zarr-gen-umi-zip": ("zarr", lambda tmp: zarr_gen.write_umi(tmp / "umi" / "replay_buffer.zarr.zip",
+                                                               cameras=2).parent),
 }
 
 
@@ -256,7 +261,43 @@ def _unlink(rel: str) -> Callable[[Path], None]:
     return lambda root: (root / rel).unlink()
 
 
-# case -> (base case, mutation, stage "open" (open_reader + discover) or "load" (load_episode), expected error)
+def _zarr(fn: Callable[[zarr.Group], None]) -> Callable[[Path], None]:
+    """An edit through zarr itself on the Push-T directory store."""
+    def edit(root: Path) -> None:
+        fn(zarr.open_group(str(root / "pusht.zarr"), mode="r+"))
+    return edit
+
+
+def _set_ends(ends: list[int]) -> Callable[[zarr.Group], None]:
+    def edit(g: zarr.Group) -> None:
+        g["meta/episode_ends"][:] = np.array(ends, dtype=np.int64)
+    return edit
+
+
+def _resize_rows(g: zarr.Group) -> None:
+    g["data/action"].resize((30, 2))  # episode 3 (rows 28..37) runs past it
+
+
+def _zarray(key: str, **changes: Any) -> Callable[[Path], None]:
+    return _edit_json(f"pusht.zarr/data/{key}/.zarray", lambda d: {**d, **changes})
+
+
+def _zip_member(rel: str, member: str, data: bytes) -> Callable[[Path], None]:
+    """Rewrite a zip store with one member's bytes replaced (zipfile, as zarr.ZipStore stores them)."""
+    import zipfile
+
+    def edit(root: Path) -> None:
+        path = root / rel
+        with zipfile.ZipFile(path) as src:
+            items = [(i, src.read(i)) for i in src.infolist()]
+        with zipfile.ZipFile(path, "w") as dst:
+            for info, payload in items:
+                dst.writestr(info, data if info.filename == member else payload)
+    return edit
+
+
+# case -> (base case, mutation, stage "open" (open_reader + discover), "load" (load_episode) or "frames" (its frames
+# read too), expected error)
 BAD: dict[str, tuple[str, Callable[[Path], None], str, type[RoboRayError]]] = {
     "lerobot-info-not-json": ("lerobot-gen-v30-2cam", _edit_json("meta/info.json", lambda d: "{"), "open",
                               SourceFormatError),
@@ -304,6 +345,21 @@ BAD: dict[str, tuple[str, Callable[[Path], None], str, type[RoboRayError]]] = {
         "data/chunk-000/steps.parquet", lambda t: t.drop_columns(["is_last"])), "open", SourceFormatError),
     "ortf-length-mismatch": ("ortf-gen-native", _ortf_edit_parquet("meta/episodes.parquet", _length_off), "load",
                              DataCorrupt),
+    "zarr-episode-ends-decreasing": ("zarr-gen-pusht-dir", _zarr(_set_ends([9, 21, 15, 38])), "open",
+                                     SourceFormatError),
+    "zarr-episode-ends-negative": ("zarr-gen-pusht-dir", _zarr(_set_ends([-1, 21, 28, 38])), "open",
+                                   SourceFormatError),
+    "zarr-episode-ends-past-data": ("zarr-gen-pusht-dir", _zarr(_set_ends([9, 21, 28, 45])), "load", DataCorrupt),
+    "zarr-rows-off": ("zarr-gen-pusht-dir", _zarr(_resize_rows), "load", DataCorrupt),
+    "zarr-huge-shape": ("zarr-gen-pusht-dir", _zarray("state", shape=[38, 70000, 70000]), "open", UnsafeInput),
+    "zarr-huge-chunk": ("zarr-gen-pusht-dir", _zarray("img", chunks=[100000, 48, 48, 3]), "open", UnsafeInput),
+    "zarr-unknown-codec": ("zarr-gen-pusht-dir", _zarray("img", compressor={"id": "no_such_codec"}), "open",
+                           SourceFormatError),
+    "zarr-object-dtype-in-index": ("zarr-gen-pusht-dir", _edit_json(
+        "pusht.zarr/meta/episode_ends/.zarray", lambda d: {**d, "dtype": "|O"}), "open", SourceFormatError),
+    "zarr-missing-chunk": ("zarr-gen-pusht-dir", _unlink("pusht.zarr/data/img/5.0.0.0"), "frames", DataMissing),
+    "zarr-jpegxl-chunk-noise": ("zarr-gen-umi-zip", _zip_member("replay_buffer.zarr.zip", "data/camera1_rgb/12.0.0.0",
+                                                                bytes(range(256)) * 4), "frames", DataCorrupt),
 }
 
 
@@ -315,9 +371,11 @@ def test_bad_input_is_one_clear_error(case: str, made: Callable[[str], Path], tm
     with pytest.raises(RoboRayError) as info:
         reader = open_reader(str(src))
         inv = reader.discover()
-        if stage == "load":
+        if stage in ("load", "frames"):
             for ref in inv.refs:
-                reader.load_episode(ref)
+                ep = reader.load_episode(ref)
+                for frames in ep.images.values() if stage == "frames" else ():  # lazy frames: read as a writer does
+                    list(getattr(frames, "array", frames))
     exc = info.value
     assert isinstance(exc, expected), (type(exc), exc)
     assert "\n" not in str(exc) and str(exc)

@@ -52,7 +52,7 @@ class Case:
     """One broken dataset and what `robo-ray run` must make of it."""
 
     name: str
-    base: str  # "v2.1" | "v3.0" | "minari" | "robomimic" | "aloha": the valid fixture the case starts from
+    base: str  # "v2.1" | "v3.0" | "minari" | "robomimic" | "aloha" | "zarr" | "umi": the valid fixture it starts from
     what: str  # what is broken, in words
     outcome: str  # "quarantine" | "refuse" | "ok"
     code: str  # the stable code on stderr (EPxxx for quarantines, RRxxx for refusals); "" for "ok"
@@ -81,6 +81,8 @@ V3_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 MINARI_FILE = "data/main_data.hdf5"
 MINARI_ID = "test/box-hdf5-v0"
 ROBOMIMIC_FILE = "demo.hdf5"
+PUSHT_STORE = "pusht.zarr"
+UMI_STORE = "replay_buffer.zarr.zip"
 
 
 def edit_json(path: Path, fn: Callable[[Any], Any]) -> None:
@@ -403,6 +405,50 @@ def _aloha_external_link(root: Path, outside: Path) -> None:
         f["observations/qvel"] = h5py.ExternalLink(str(outside / "bait.hdf5"), "/observations")
 
 
+def _zarr_group(root: Path) -> Any:
+    import zarr
+
+    return zarr.open_group(str(root / PUSHT_STORE), mode="r+")
+
+
+def _zarr_ends_past_data(root: Path, outside: Path) -> None:
+    _zarr_group(root)["meta/episode_ends"][-1] += 5  # the last episode runs 5 steps past every array
+
+
+def _zarr_ends_decreasing(root: Path, outside: Path) -> None:
+    ends = _zarr_group(root)["meta/episode_ends"]
+    ends[2] = ends[0] - 1
+
+
+def _zarr_rows_short(root: Path, outside: Path) -> None:
+    g = _zarr_group(root)
+    g["data/action"].resize((sum(LENGTHS) - 4, 2))  # episode 3 lacks its last 4 actions
+
+
+def _zarr_unknown_codec(root: Path, outside: Path) -> None:
+    edit_json(root / PUSHT_STORE / "data/img/.zarray", lambda z: z.update(compressor={"id": "zfp_nonexistent"}))
+
+
+def _zarr_huge_shape(root: Path, outside: Path) -> None:
+    edit_json(root / PUSHT_STORE / "data/state/.zarray", lambda z: z.update(shape=[sum(LENGTHS), 60000, 60000]))
+
+
+def _zarr_missing_chunk(root: Path, outside: Path) -> None:
+    (root / PUSHT_STORE / "data/img/6.0.0.0").unlink()  # frames 24..27: episode 2 (rows 22..35)
+
+
+def _umi_jpegxl_noise(root: Path, outside: Path) -> None:
+    """Frame 14 of camera0 (episode 1: rows 12..21) replaced with noise inside the zip store."""
+    import zipfile
+
+    path = root / UMI_STORE
+    with zipfile.ZipFile(path) as src:
+        items = [(i, src.read(i)) for i in src.infolist()]
+    with zipfile.ZipFile(path, "w") as dst:
+        for info, payload in items:
+            dst.writestr(info, bytes(range(251)) * 3 if info.filename == "data/camera0_rgb/14.0.0.0" else payload)
+
+
 # ---- the table ------------------------------------------------------------------------------------------------
 def _q(name: str, base: str, what: str, code: str, episodes: tuple[int, ...], names: tuple[str, ...],
        exit_code: int = 3, args: tuple[str, ...] = FAST) -> Case:
@@ -489,6 +535,20 @@ CASES: list[Case] = [
        (1,), ("episode_1.hdf5", "compress_len")),
     _q("aloha_external_link", "aloha", "episode_3's /observations/qvel is an external link to a file outside",
        "EP207", (3,), ("episode_3.hdf5", "external link")),
+    _q("zarr_episode_ends_past_data", "zarr", "meta/episode_ends runs 5 steps past the data", "EP202", (3,),
+       (PUSHT_STORE, "episode_ends")),
+    _r("zarr_episode_ends_decreasing", "zarr", "meta/episode_ends decreases at episode 2", "RR300",
+       (PUSHT_STORE, "meta/episode_ends", "decreasing")),
+    _q("zarr_rows_short", "zarr", "data/action has 4 rows fewer than the episodes", "EP202", (3,),
+       (PUSHT_STORE, "data/action")),
+    _r("zarr_unknown_codec", "zarr", "data/img's compressor is a codec nobody knows", "RR300",
+       (PUSHT_STORE, "data/img/.zarray", "zfp_nonexistent")),
+    _r("zarr_huge_shape", "zarr", "data/state declares 60000x60000 values a step", "RR301",
+       (PUSHT_STORE, "data/state/.zarray")),
+    _q("zarr_missing_chunk", "zarr", "a chunk of data/img (episode 2's frames) is gone", "EP201", (2,),
+       (PUSHT_STORE, "data/img/6.0.0.0")),
+    _q("umi_jpegxl_chunk_noise", "umi", "one JPEG-XL frame of episode 1 in the zip store is noise", "EP202", (1,),
+       (UMI_STORE, "camera0_rgb")),
 ]
 
 MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
@@ -532,6 +592,13 @@ MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
     "aloha_truncated_episode": _cut("episode_2.hdf5"),
     "aloha_jpeg_length_beyond_row": _aloha_jpeg_length,
     "aloha_external_link": _aloha_external_link,
+    "zarr_episode_ends_past_data": _zarr_ends_past_data,
+    "zarr_episode_ends_decreasing": _zarr_ends_decreasing,
+    "zarr_rows_short": _zarr_rows_short,
+    "zarr_unknown_codec": _zarr_unknown_codec,
+    "zarr_huge_shape": _zarr_huge_shape,
+    "zarr_missing_chunk": _zarr_missing_chunk,
+    "umi_jpegxl_chunk_noise": _umi_jpegxl_noise,
 }
 CASES_BY_NAME = {c.name: c for c in CASES}
 assert set(MUTATIONS) == set(CASES_BY_NAME), "every case needs a mutation"
@@ -541,7 +608,8 @@ assert set(MUTATIONS) == set(CASES_BY_NAME), "every case needs a mutation"
 def bases_in(base_dir: Path) -> dict[str, Path]:
     """The valid fixtures the cases start from, by `Case.base`."""
     return {"v2.1": base_dir / "v2.1", "v3.0": base_dir / "v3.0", "minari": base_dir / "minari" / MINARI_ID,
-            "robomimic": base_dir / "robomimic", "aloha": base_dir / "aloha"}
+            "robomimic": base_dir / "robomimic", "aloha": base_dir / "aloha", "zarr": base_dir / "zarr",
+            "umi": base_dir / "umi"}
 
 
 def _build_bases(base_dir: Path) -> dict[str, Path]:
@@ -555,6 +623,10 @@ def _build_bases(base_dir: Path) -> dict[str, Path]:
 
     write_robomimic(bases["robomimic"] / ROBOMIMIC_FILE, tuple(LENGTHS), (48, 64), masks=False)
     write_dataset(bases["aloha"], tuple(LENGTHS))
+    from tests.fixtures.zarr_gen import write_pusht, write_umi
+
+    write_pusht(bases["zarr"] / PUSHT_STORE, tuple(LENGTHS), (48, 64))
+    write_umi(bases["umi"] / UMI_STORE, tuple(LENGTHS), (48, 64))
 
     old = os.environ.get("MINARI_DATASETS_PATH")
     try:
