@@ -152,14 +152,17 @@ _RAY_EXECUTORS: list[Any] = []  # the Ray executors this process made (entry() a
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from robo_ray.stages.pipeline import run_pipeline
-
     cfg = _config(args)
     if args.dry_run:
         return cmd_dry_run(cfg)
+    executor = _executor(args)
+    if executor is not None:  # Ray comes up (~6 s) while the pipeline's modules import and Discover runs
+        executor.start()
+    from robo_ray.stages.pipeline import run_pipeline
+
     bar = _progress_printer()
     with bar.lines_above() if bar else contextlib.nullcontext(None) as stderr:
-        outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=bar,
+        outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=executor, progress=bar,
                                stderr=stderr, archive=args.archive, resume=args.resume)
     print(redact(outcome.message))
     _print_reports(outcome)

@@ -69,7 +69,7 @@ import ray
 
 from robo_ray.errors import RoboRayError, UsageError
 from robo_ray.executors.base import JobSpec
-from robo_ray.ray_exec.data_context import quiet_data_context
+from robo_ray.ray_exec.data_context import quiet_data_context, warm_data_actors
 from robo_ray.ray_exec.faults import FaultPlan
 from robo_ray.ray_exec.monitors import PoolUsage, UsageSampler, Watchdog
 from robo_ray.ray_exec.sizing import MODES, PoolSize, ResourceAsk, actors_for_mode, autoscaler_ceiling_cpus
@@ -158,7 +158,7 @@ class RayExecutor:
         """Nodes the pool may run on: 1 for the in-process instance this executor would start (known without
         starting it); on a cluster, the alive nodes, and at least 2 when its autoscaler may add CPUs (a node that
         joins later must see the destination too)."""
-        if not ray.is_initialized() and self._own_instance():
+        if self._own_instance():  # even while `start` is bringing it up: never wait for it here
             return 1
         cpus = self.connect()
         alive = sum(1 for node in ray.nodes() if node.get("Alive"))
@@ -167,7 +167,9 @@ class RayExecutor:
 
     def owns_instance(self) -> bool:
         """Whether this executor started the Ray instance it runs on (rather than joining a cluster)."""
-        return bool(self._started_ray) and self._own_instance() and ray.is_initialized()
+        # a start still under way counts: a run refused early (e.g. its destination exists) ends it the same way
+        return self._own_instance() and (self._starter is not None or (bool(self._started_ray)
+                                                                       and ray.is_initialized()))
 
     def stop_now(self) -> None:
         """At the end of a process that started its own instance: kill every process under this one (Ray's head
@@ -225,6 +227,7 @@ class RayExecutor:
             self.connect()
             self._publisher = self._new_publisher()  # its process and imports too, before the job is known
             import ray.data  # noqa: F401 - ~1 s of imports, off the critical path
+            warm_data_actors()
         except BaseException as exc:  # noqa: BLE001 - raised again in the driver's thread by `_join_starter`
             self._start_error = exc
         finally:
