@@ -214,7 +214,7 @@ def robo_run(src: str, dst: Path, mode: str, max_episodes: int | None = None, se
         cmd += ["--set", s]
     log_out, log_err = dst.with_name(dst.name + ".stdout"), dst.with_name(dst.name + ".stderr")
     with open(log_out, "w") as fo, open(log_err, "w") as fe:
-        t0 = time.perf_counter()
+        t0, epoch0 = time.perf_counter(), time.time()
         proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=REPO, env=ENV,
                                 start_new_session=True)
         rss = PeakRss(proc.pid)
@@ -247,6 +247,7 @@ def robo_run(src: str, dst: Path, mode: str, max_episodes: int | None = None, se
     eps = [e for sh in ledger["shards"] for e in sh["episodes"]]
     steps = sum(int(s) for _, s in eps)
     first, last = marks.get("first_unit_started"), marks.get("last_unit_committed")
+    res["marks_s"] = {k: round(v - epoch0, 3) for k, v in sorted(marks.items(), key=lambda kv: kv[1])}
     res["window_seconds"] = last - first if first is not None and last is not None else None
     res.update({"episodes": len(eps), "steps": steps, "video_cameras": cams, "frames": steps * max(cams, 1),
                 "quarantined": sum(len(sh.get("quarantined", [])) for sh in ledger["shards"]),
@@ -759,10 +760,27 @@ def startup_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> 
               f"{', '.join(_fmt(w, '.2f') for w in Rf['cli_help']['walls'])} | |")
     md.append(f"| reference: `python -c 'import tensorflow, tensorflow_datasets'` | {_fmt(tf, '.2f')} | "
               f"{', '.join(_fmt(w, '.2f') for w in Rf['import_tf']['walls'])} | |")
+    md += _startup_breakdown(runs.get("2-noreadback", []))
     md += _checks_md(result["checks"], "")
     write_results(Path(args.out), "startup", result, md)
     print("\n".join(md))
     return 1 if failed else 0
+
+
+def _startup_breakdown(runs: list[dict[str, Any]]) -> list[str]:
+    """Where a `--actors 2` run's seconds go: the median instant (s after the command started) of each mark of
+    logs/timings.json, then the exit."""
+    ok = [r for r in runs if "error" not in r and r.get("marks_s")]
+    if not ok:
+        return []
+    names = list(ok[0]["marks_s"])
+    md = ["", "Where `--actors 2, no tfds read-back` spends its seconds (median instant after the command started, "
+          "from logs/timings.json marks):", "", "| instant | s |", "|---|---|"]
+    for n in names:
+        vals = [r["marks_s"][n] for r in ok if n in r["marks_s"]]
+        md.append(f"| {n} | {statistics.median(vals):.2f} |")
+    md.append(f"| process exit | {statistics.median(r['wall_seconds'] for r in ok):.2f} |")
+    return md
 
 
 # ------------------------------------------------------------------------------------------------- main

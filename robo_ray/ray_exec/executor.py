@@ -110,6 +110,9 @@ class RayExecutor:
         self.last_actor_count: int | None = None  # the pool's maximum for the last job
         self.last_attempts: dict[int, int] = {}
         self.usage = PoolUsage()
+        # start-up instants (time.time()) for logs/timings.json: ray_ready, publisher_open, pool_requested,
+        # first_actor_ready (the first pool actor's constructor done)
+        self.startup: dict[str, float] = {}
         self._cluster_cpus: float | None = None
         self._started_ray = False
         self.publisher_name: str | None = None
@@ -225,6 +228,7 @@ class RayExecutor:
         logging.getLogger("ray._private.worker").addFilter(_DropMessage("SIGTERM handler is not set"))
         try:
             self.connect()
+            self.startup["ray_ready"] = time.time()
             self._publisher = self._new_publisher()  # its process and imports too, before the job is known
             import ray.data  # noqa: F401 - ~1 s of imports, off the critical path
             warm_data_actors()
@@ -292,7 +296,9 @@ class RayExecutor:
                     log.info("round %d: %d unit(s) did not come back; converting them again", round_no + 1,
                              len(remaining))
                 ask.want(min(size.max_size, len(remaining)))
+                self.startup.setdefault("pool_requested", time.time())
                 for row in _unit_dataset(list(remaining.values()), ctx, size).iter_rows():
+                    self.startup.setdefault("first_actor_ready", float(row["ready"]))
                     res = UnitResult.from_dict(pickle.loads(row["result"]))
                     self.usage.converted_on(str(row["worker"]), str(row["node"]))
                     if remaining.pop(res.shard_index, None) is not None:
@@ -334,6 +340,7 @@ class RayExecutor:
         publisher, self._publisher = self._publisher or self._new_publisher(), None
         try:
             ray.get(publisher.open.remote(spec))
+            self.startup["publisher_open"] = time.time()
             return self._run_with_publisher(publisher, units, job, progress, stderr)
         finally:
             ray.kill(publisher)
@@ -363,6 +370,7 @@ class RayExecutor:
         finally:
             status.stop()
         self.last_attempts = ray.get(publisher.attempt_counts.remote())
+        ray.get(publisher.add_marks.remote(self.startup))
         if pending:
             ray.get(publisher.set_executor_name.remote(f"{label}; {self.usage.describe()}"))
         try:

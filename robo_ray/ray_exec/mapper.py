@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,14 @@ class UnitMapper:
         self.ctx: WorkerContext = ray.get(ctx) if isinstance(ctx, ray.ObjectRef) else ctx
         self.worker = UnitActor()
         self.node = ray.get_runtime_context().get_node_id()
+        self.ready = time.time()  # the start-up marks of logs/timings.json (first_actor_ready)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = [pickle.dumps(self.convert(bytes(blob))) for blob in batch["unit"]]
         n = len(results)
         return {"index": np.asarray(batch["index"]), "result": _objects(results),
-                "worker": _objects([self.worker.who] * n), "node": _objects([self.node] * n)}
+                "worker": _objects([self.worker.who] * n), "node": _objects([self.node] * n),
+                "ready": np.full(n, self.ready)}
 
     def convert(self, blob: bytes) -> dict[str, Any]:
         last: Exception | None = None

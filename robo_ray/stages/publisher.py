@@ -96,6 +96,11 @@ class Publisher:
     def set_executor_name(self, name: str) -> None:
         self.spec.executor_name = name
 
+    def add_marks(self, marks: dict[str, float]) -> None:
+        """Instants the executor saw (e.g. its start-up: Ray ready, the pool's first actor) for logs/timings.json."""
+        for name, at in marks.items():
+            self.spec.clock.marks.setdefault(name, float(at))
+
     def attempt_counts(self) -> dict[int, int]:
         return self.tries.attempt_counts()
 

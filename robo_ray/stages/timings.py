@@ -8,7 +8,9 @@ stamps of different processes on one machine compare (across machines: as well a
 Stages run one after the other: `begin(name)` ends the stage still open (unless something already ended it) and
 starts `name`; `end(name)` sets a stage's end (again: the latest call wins), `mark(name)` an instant. Marks of a
 run: `first_unit_started` (the first unit handed to a worker) and `last_unit_committed`; between them is the
-conversion without Ray's or the actors' start-up (bench.throughput's window marginal).
+conversion without Ray's or the actors' start-up (bench.throughput's window marginal). A Ray run adds its start-up:
+`ray_ready` (Ray up, in the background since the run began), `publisher_open`, `pool_requested` (the Ray Dataset
+of the units starts executing) and `first_actor_ready` (the pool's first actor constructed).
 """
 from __future__ import annotations
 

@@ -238,6 +238,11 @@ def test_two_actors_byte_identical_to_safe(cluster, datasets, reference, tmp_pat
     # dataset_info.json: shardLengths in shard order, identical whatever the actor count
     assert _info(outs["safe"])["splits"] == _info(outs["two"])["splits"] == reference[key]["info"]["splits"]
     assert sorted(_written_episodes(outs["two"])) == list(range(12 if key == "v30" else 8))
+    # the start-up instants of a Ray run, in the order they happen (logs/timings.json; bench --startup's breakdown)
+    marks = json.loads((outs["two"] / "logs" / "timings.json").read_text())["marks"]
+    order = ["ray_ready", "publisher_open", "pool_requested", "first_actor_ready", "first_unit_started",
+             "last_unit_committed"]
+    assert [marks[k] for k in order] == sorted(marks[k] for k in order)
 
 
 def test_mode_actor_counts():
