@@ -269,7 +269,8 @@ class RayExecutor:
                                   num_cpus=size.cpus_per_actor)
 
     # ---- the Ray Dataset --------------------------------------------------------------------------------------
-    def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any) -> Iterator[UnitResult]:
+    def _stream(self, units: list[Unit], job: JobSpec, coordinator: Any, opened: Any = None
+                ) -> Iterator[UnitResult]:
         """Convert `units` in rounds of Ray Data passes; yield each unit's result once, as it finishes (any
         order). Units whose task failed (crash, kill, lost node) run again in the next round; after
         `max_attempts + 2` rounds the rest is given up (absent from the results; the caller quarantines it)."""
@@ -281,7 +282,7 @@ class RayExecutor:
             log.warning("TEST-ONLY fault injection active: %s", faults.describe())
             print(f"robo-ray: WARNING test-only fault injection active: {faults.describe()}", file=sys.stderr)
         share = max(cpus, size.cpus_per_actor * size.initial_size) / size.initial_size
-        ctx = ray.put(WorkerContext(uuid.uuid4().hex, job, coordinator, self.max_attempts, faults, share))
+        ctx = ray.put(WorkerContext(uuid.uuid4().hex, job, coordinator, self.max_attempts, faults, share, opened))
         ask = ResourceAsk(active=not self._own_instance(), cpus_per_actor=size.cpus_per_actor)
         remaining = {u.index: u for u in units}
         watchdog = Watchdog(coordinator, job.limits)
@@ -339,22 +340,31 @@ class RayExecutor:
         self.connect()
         publisher, self._publisher = self._publisher or self._new_publisher(), None
         try:
-            ray.get(publisher.open.remote(spec))
-            self.startup["publisher_open"] = time.time()
-            return self._run_with_publisher(publisher, units, job, progress, stderr)
+            opened = publisher.open.remote(spec)
+            if spec.previous:  # a resume: the Publisher's ledger says what is left, so wait for it
+                self.startup["publisher_open"] = _raise_cause(opened)
+                return self._run_with_publisher(publisher, units, job, progress, stderr, None)
+            # a new run: every unit is pending, so the pool starts while the Publisher opens (its workers wait for
+            # `opened` before their first call; ~1-4 s of start-up no longer in a row)
+            return self._run_with_publisher(publisher, units, job, progress, stderr, opened)
         finally:
             ray.kill(publisher)
 
     def _run_with_publisher(self, publisher: Any, units: list[Unit], job: JobSpec,
-                            progress: ProgressFn | None, stderr: TextIO) -> RunOutcome:
-        by_index = {u.index: u for u in units}  # the driver's own units: the plan is not shipped back
-        pending: list[Unit] = [by_index[i] for i in ray.get(publisher.pending_indices.remote())]
+                            progress: ProgressFn | None, stderr: TextIO, opened: Any) -> RunOutcome:
+        if opened is None:
+            by_index = {u.index: u for u in units}  # the driver's own units: the plan is not shipped back
+            pending: list[Unit] = [by_index[i] for i in ray.get(publisher.pending_indices.remote())]
+            st = ray.get(publisher.status.remote())
+        else:
+            pending = sorted(units, key=lambda u: u.index)
+            st = {"units_done": 0, "episodes_total": sum(len(u.refs) for u in units), "episodes_done": 0,
+                  "steps_done": 0}
         size = PoolSize.plan(self.mode, self.actors, self.max_actors, self._cluster_cpus or 0.0,
                              max(1, len(pending)))
         self.last_actor_count = size.max_size
         label = self.name
-        ray.get(publisher.set_executor_name.remote(label))
-        st = ray.get(publisher.status.remote())
+        publisher.set_executor_name.remote(label)  # after `open`: one caller's calls run in order
         interval = self.status_interval_s if not _isatty(stderr) else 0.0
         status = Status(len(units), st["episodes_total"], sum(sum(u.refs.lengths()) for u in units), stderr,
                         progress, interval, label,
@@ -363,28 +373,36 @@ class RayExecutor:
         status.start()
         try:
             if pending:
-                for res in self._stream(pending, job, publisher):
+                for res in self._stream(pending, job, publisher, opened):
                     for line in quarantine_lines(res):
                         print(line, file=stderr, flush=True)
                     status.add(res)
         finally:
             status.stop()
+        if opened is not None:  # the Publisher's own error (e.g. the destination), not what its absence caused
+            self.startup["publisher_open"] = _raise_cause(opened)
         self.last_attempts = ray.get(publisher.attempt_counts.remote())
         ray.get(publisher.add_marks.remote(self.startup))
         if pending:
             ray.get(publisher.set_executor_name.remote(f"{label}; {self.usage.describe()}"))
-        try:
-            outcome, echo = ray.get(publisher.finish.remote())
-        except ray.exceptions.RayTaskError as exc:  # e.g. OutputConflict, StorageError: one line, not a traceback
-            if isinstance(exc.cause, RoboRayError):
-                raise exc.cause from None
-            raise
+        outcome, echo = _raise_cause(publisher.finish.remote())
         printed = set()
         for line in echo:  # problems found at the end (validation, units Ray gave up on)
             if line not in printed:
                 print(line, file=stderr, flush=True)
                 printed.add(line)
         return outcome
+
+
+def _raise_cause(ref: Any) -> Any:
+    """`ray.get(ref)`; a robo-ray error raised in the actor (e.g. OutputConflict, StorageError) is raised as itself:
+    one line, not a traceback."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, RoboRayError):
+            raise exc.cause from None
+        raise
 
 
 def _on_driver_node() -> Any:

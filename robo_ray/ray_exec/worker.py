@@ -35,6 +35,7 @@ class WorkerContext:
     max_attempts: int
     faults: FaultPlan = field(default_factory=FaultPlan)
     cpus_per_actor: float = 1.0  # the cluster's CPUs / the pool's actors: the share when the node's is unknown
+    opened: Any = None  # the ObjectRef of the coordinator's `open` when the pool started before it: waited for once
 
 
 def _warm_imports() -> None:
@@ -116,6 +117,8 @@ class UnitActor:
     def run_unit(self, ctx: WorkerContext, blob: bytes) -> dict[str, Any]:
         """Convert one pickled `Unit` of the job `ctx` (see `convert`)."""
         if ctx.key != self.key:
+            if ctx.opened is not None:  # the coordinator takes no call before the job is open
+                ray.get(ctx.opened)
             self._close()
             self.coordinator, self.max_attempts, self.faults = ctx.coordinator, ctx.max_attempts, ctx.faults
             cpus = node_cpus()
@@ -184,8 +187,10 @@ class LatePublisher(Publisher):
         for name in ("pyarrow.parquet", "robo_ray.stages.validate", "robo_ray.stages.report_html"):
             importlib.import_module(name)
 
-    def open(self, spec: PublishSpec) -> None:
+    def open(self, spec: PublishSpec) -> float:
+        """Take the job; returns the instant it is open (logs/timings.json: publisher_open)."""
         Publisher.__init__(self, spec)
+        return time.time()
 
 
 class AttemptCounter(UnitAttempts):
