@@ -44,6 +44,7 @@ class Feature:
     targets: tuple[str, ...] = ()
     sizes: tuple[int, ...] = ()  # values per step of each target (action components)
     sources: tuple[str, ...] = ()
+    role: str = ""  # tensors: the mapping's role (state, observation, ...): what GR00T's modality.json groups
 
     @property
     def scalar(self) -> bool:
@@ -154,7 +155,7 @@ def plan_layout(mapping: Mapping) -> Layout:
             shape = _shape(fm.shape)
             size = int(np.prod(fm.shape)) if fm.shape else 1
             out.append(Feature(unique(data_key(fm, role)), "tensor", fm.dtype, shape, (fm.target,), (size,),
-                               (fm.source,)))
+                               (fm.source,), role))
     d = mapping.defaults
     if d.reward_source:
         out.append(Feature("next.reward", "reward", "float32", (1,), sources=(d.reward_source,)))
