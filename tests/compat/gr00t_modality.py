@@ -27,7 +27,8 @@ Sources:
                                     stats[original_key or observation.state / action][stat][start:end]; language
                                     annotation.<key> read from its original_key column as task indices
 
-stdout gets one line of JSON ({"ok": true, ...} or {"ok": false, "error": ...}); exit 0 / 1.
+stdout gets one line of JSON ({"ok": true, ...} or {"ok": false, "error": ...}; tests/compat/json_line.py); exit
+0 / 1.
 """
 from __future__ import annotations
 
@@ -35,11 +36,11 @@ import enum
 import json
 import pathlib
 import sys
-import traceback
 from typing import Optional
 
 import numpy as np
 import pydantic
+from json_line import report  # beside this script
 from numpydantic import NDArray
 
 DEFAULT_COLUMNS = {"state": "observation.state", "action": "action"}
@@ -118,47 +119,40 @@ def video_meta(info: dict, original_key: str) -> dict:
     return {"resolution": [width, height], "channels": channels, "fps": fps}
 
 
-def main() -> int:
+def build(root: pathlib.Path) -> dict:
+    raw = json.loads((root / "meta" / "modality.json").read_text())
+    info = json.loads((root / "meta" / "info.json").read_text())
+    stats = json.loads((root / "meta" / "stats.json").read_text())
+    meta = ModalityMeta.model_validate(raw)
+    out: dict = {"state": {}, "action": {}, "video": {}, "annotation": {}}
     try:
-        root = pathlib.Path(sys.argv[1])
-        raw = json.loads((root / "meta" / "modality.json").read_text())
-        info = json.loads((root / "meta" / "info.json").read_text())
-        stats = json.loads((root / "meta" / "stats.json").read_text())
-        meta = ModalityMeta.model_validate(raw)
-        out: dict = {"ok": True, "state": {}, "action": {}, "video": {}, "annotation": {}}
-        try:
-            for entry in stats.values():
-                StatValues.model_validate(entry)
-            out["stats_valid"], out["stats_error"] = True, ""
-        except pydantic.ValidationError as exc:  # GR00T N1 would recompute the statistics itself
-            out["stats_valid"], out["stats_error"] = False, str(exc).splitlines()[0]
-        for modality in ("state", "action"):
-            for name, g in getattr(meta, modality).items():
-                meta.key_meta(f"{modality}.{name}")
-                column = raw[modality][name].get("original_key") or DEFAULT_COLUMNS[modality]
-                assert g.original_key == column
-                sliced = {stat: list(values[g.start:g.end]) for stat, values in stats[column].items()}
-                out[modality][name] = {
-                    "column": column, "start": g.start, "end": g.end, "shape": [g.end - g.start],
-                    "continuous": bool(np.issubdtype(np.dtype(g.dtype), np.floating)), "absolute": g.absolute,
-                    "column_shape": info["features"][column]["shape"], "stats": sliced}
-        for name, v in meta.video.items():
-            meta.key_meta(f"video.{name}")
-            original = raw["video"][name].get("original_key", f"observation.images.{name}")
-            if original not in info["features"]:
-                raise KeyError(f"video.{name}: original key {original} is not an info.json feature")
-            out["video"][name] = {"original_key": original, **video_meta(info, v.original_key or name)}
-        for name, v in (meta.annotation or {}).items():
-            meta.key_meta(f"annotation.{name}")
-            column = raw["annotation"][name].get("original_key", f"annotation.{name}")
-            out["annotation"][name] = {"column": column, "in_features": column in info["features"]}
-        print(json.dumps(out))
-        return 0
-    except Exception as exc:  # noqa: BLE001 - one line of JSON whatever failed
-        traceback.print_exc(file=sys.stderr)
-        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
-        return 1
+        for entry in stats.values():
+            StatValues.model_validate(entry)
+        out["stats_valid"], out["stats_error"] = True, ""
+    except pydantic.ValidationError as exc:  # GR00T N1 would recompute the statistics itself
+        out["stats_valid"], out["stats_error"] = False, str(exc).splitlines()[0]
+    for modality in ("state", "action"):
+        for name, g in getattr(meta, modality).items():
+            meta.key_meta(f"{modality}.{name}")
+            column = raw[modality][name].get("original_key") or DEFAULT_COLUMNS[modality]
+            assert g.original_key == column
+            sliced = {stat: list(values[g.start:g.end]) for stat, values in stats[column].items()}
+            out[modality][name] = {
+                "column": column, "start": g.start, "end": g.end, "shape": [g.end - g.start],
+                "continuous": bool(np.issubdtype(np.dtype(g.dtype), np.floating)), "absolute": g.absolute,
+                "column_shape": info["features"][column]["shape"], "stats": sliced}
+    for name, v in meta.video.items():
+        meta.key_meta(f"video.{name}")
+        original = raw["video"][name].get("original_key", f"observation.images.{name}")
+        if original not in info["features"]:
+            raise KeyError(f"video.{name}: original key {original} is not an info.json feature")
+        out["video"][name] = {"original_key": original, **video_meta(info, v.original_key or name)}
+    for name, v in (meta.annotation or {}).items():
+        meta.key_meta(f"annotation.{name}")
+        column = raw["annotation"][name].get("original_key", f"annotation.{name}")
+        out["annotation"][name] = {"column": column, "in_features": column in info["features"]}
+    return out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report(lambda: build(pathlib.Path(sys.argv[1]))))

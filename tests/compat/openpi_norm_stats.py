@@ -26,7 +26,8 @@ Sources:
                                    _assert_quantile_stats (q01 and q99 must be present)
   scripts/compute_norm_stats.py    keys = ["state", "actions"]; every batch's values reshaped to (-1, dims)
 
-stdout gets one line of JSON ({"ok": true, ...} or {"ok": false, "error": ...}); exit 0 / 1.
+stdout gets one line of JSON ({"ok": true, ...} or {"ok": false, "error": ...}; tests/compat/json_line.py); exit
+0 / 1.
 """
 from __future__ import annotations
 
@@ -34,12 +35,12 @@ import argparse
 import json
 import pathlib
 import sys
-import traceback
 from importlib import metadata
 
 import numpy as np
 import numpydantic
 import pydantic
+from json_line import report  # beside this script
 
 KEYS = ("state", "actions")
 BINS = 5000
@@ -128,43 +129,37 @@ def normalize_quantile(x: np.ndarray, s: NormStats) -> np.ndarray:
     return (x - q01) / (q99 - q01 + 1e-6) * 2.0 - 1.0
 
 
-def main() -> int:
+def build(args: argparse.Namespace) -> dict:
+    stats = load(args.dir)
+    again = deserialize_json(serialize_json(stats))  # openpi's save of what it loaded, loaded again
+    data = np.load(args.values)
+    out: dict = {"versions": {"numpy": np.__version__, "pydantic": pydantic.VERSION,
+                              "numpydantic": metadata.version("numpydantic")},
+                 "keys": sorted(stats), "per_key": {}}
+    for key in KEYS:
+        if key not in stats or key not in data.files:
+            continue
+        s, x = stats[key], np.asarray(data[key], dtype=np.float64)
+        fields = {name: getattr(s, name) for name in ("mean", "std", "q01", "q99")}
+        z, q = normalize_zscore(x, s), normalize_quantile(x, s)
+        running = OpenpiRunningStats()
+        for i in range(0, len(x), args.batch):
+            running.update(x[i:i + args.batch])
+        out["per_key"][key] = {
+            "types": {n: type(v).__name__ for n, v in fields.items()},
+            "shapes": {n: list(np.shape(v)) for n, v in fields.items()},
+            "round_trip_equal": all(np.array_equal(getattr(again[key], n), v) for n, v in fields.items()),
+            "zscore_mean": z.mean(0).tolist(), "zscore_std": z.std(0).tolist(),
+            "quantile_min": q.min(0).tolist(), "quantile_max": q.max(0).tolist(),
+            "quantile_inside": float(((q >= -1.0) & (q <= 1.0)).mean()),
+            "openpi_running": running.result()}
+    return out
+
+
+if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("values")
     ap.add_argument("--batch", type=int, default=32)
-    args = ap.parse_args()
-    try:
-        stats = load(args.dir)
-        again = deserialize_json(serialize_json(stats))  # openpi's save of what it loaded, loaded again
-        data = np.load(args.values)
-        out: dict = {"ok": True, "versions": {"numpy": np.__version__, "pydantic": pydantic.VERSION,
-                                              "numpydantic": metadata.version("numpydantic")},
-                     "keys": sorted(stats), "per_key": {}}
-        for key in KEYS:
-            if key not in stats or key not in data.files:
-                continue
-            s, x = stats[key], np.asarray(data[key], dtype=np.float64)
-            fields = {name: getattr(s, name) for name in ("mean", "std", "q01", "q99")}
-            z, q = normalize_zscore(x, s), normalize_quantile(x, s)
-            running = OpenpiRunningStats()
-            for i in range(0, len(x), args.batch):
-                running.update(x[i:i + args.batch])
-            out["per_key"][key] = {
-                "types": {n: type(v).__name__ for n, v in fields.items()},
-                "shapes": {n: list(np.shape(v)) for n, v in fields.items()},
-                "round_trip_equal": all(np.array_equal(getattr(again[key], n), v) for n, v in fields.items()),
-                "zscore_mean": z.mean(0).tolist(), "zscore_std": z.std(0).tolist(),
-                "quantile_min": q.min(0).tolist(), "quantile_max": q.max(0).tolist(),
-                "quantile_inside": float(((q >= -1.0) & (q <= 1.0)).mean()),
-                "openpi_running": running.result()}
-        print(json.dumps(out))
-        return 0
-    except Exception as exc:  # noqa: BLE001 - one line of JSON whatever failed
-        traceback.print_exc(file=sys.stderr)
-        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    parsed = ap.parse_args()
+    sys.exit(report(lambda: build(parsed)))
