@@ -67,7 +67,7 @@ def names_of(f: Feature, inv: Inventory | None) -> Any:
     """`names` of a feature in info.json: the source's when they fit, else generated per component."""
     if f.kind == "video":
         return ["height", "width", "channels"]
-    if f.kind in ("string", "reward", "discount", "done") or f.key in BOOKKEEPING or \
+    if f.kind in ("string", "language", "reward", "discount", "done") or f.key in BOOKKEEPING or \
             f.scalar and f.kind != "action":
         return None
     if len(f.shape) != 1:

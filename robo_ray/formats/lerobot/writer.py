@@ -147,7 +147,7 @@ class LeRobotWriter(Writer):
         for f in self.layout.features:
             if f.kind == "video":
                 specs[f.key] = FeatureSpec(f.key, "video", "uint8", tuple(f.shape))
-            elif f.kind != "string":
+            elif f.kind not in ("string", "language"):
                 specs[f.key] = FeatureSpec(f.key, "tensor", f.dtype, tuple(f.shape))
         names = declare_features(specs)
         out: dict[str, str] = {}
