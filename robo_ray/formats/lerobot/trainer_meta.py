@@ -9,8 +9,8 @@ GR00T's `meta/modality.json`.
   read of the data. Each key is written only when the dataset has its feature.
 * `meta/modality.json` (GR00T's LeRobot flavour, gr00t/data/schema.py `LeRobotModalityMetadata`): `state` and
   `action` groups as [start, end) slices of their column (one group per mapping target: the action's targets in
-  the order `action` concatenates them; every state-role 1-D tensor, `original_key` naming its column when it is not
-  `observation.state`), `video` {camera name: {"original_key": feature key}}, and `annotation`
+  the order `action` concatenates them; `observation.state` whatever its role and every other state-role 1-D tensor,
+  with `original_key` naming its column), `video` {camera name: {"original_key": feature key}}, and `annotation`
   {"human.task_description": {"original_key": "task_index"}} when the steps carry language.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def modality_json(layout: "Layout", mapping: "Mapping") -> dict[str, Any]:
     """meta/modality.json's content (module docstring)."""
     state: dict[str, Any] = {}
     for f in layout.features:
-        if f.kind == "tensor" and f.role == "state" and len(f.shape) == 1:
+        if f.kind == "tensor" and (f.role == "state" or f.key == OPENPI_KEYS["state"]) and len(f.shape) == 1:
             entry: dict[str, Any] = {"start": 0, "end": int(f.shape[0]), "dtype": f.dtype}
             if f.key != OPENPI_KEYS["state"]:
                 entry["original_key"] = f.key
