@@ -46,7 +46,7 @@ from numpydantic import NDArray
 DEFAULT_COLUMNS = {"state": "observation.state", "action": "action"}
 
 
-# ---- schema.py ---------------------------------------------------------------------------------------------------------
+# ---- schema.py ------------------------------------------------------------------------------------------------------
 class RotationType(enum.Enum):
     AXIS_ANGLE = "axis_angle"
     QUATERNION = "quaternion"

@@ -74,7 +74,7 @@ def load(directory: str | pathlib.Path) -> dict[str, NormStats]:
     return deserialize_json(path.read_text())
 
 
-# ---- normalize.py: what openpi computes itself ------------------------------------------------------------------------
+# ---- normalize.py: what openpi computes itself ----------------------------------------------------------------------
 class OpenpiRunningStats:
     """openpi's RunningStats, re-implemented: mean and mean of squares updated per batch, min / max, and one
     histogram of BINS bins per dimension spanning the range seen so far (re-binned, counts moved by their bins' left
