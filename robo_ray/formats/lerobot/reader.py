@@ -111,7 +111,8 @@ def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]
     action; one camera -> observation/image, several -> observation/image_<last part of key>; other
     `observation.*` -> observation/<rest, dots as _>, any other key -> observation/<key, dots as _>;
     `next.reward` -> reward, `next.done` -> terminal; shape [1] columns other than action / observation.state are
-    scalars; lerobot's index columns are bookkeeping and text features have no tensor form."""
+    scalars; lerobot's index columns are bookkeeping; lerobot 0.6's language columns (JSON rows per frame) and
+    instruction strings are language text (`LANGUAGE_TEXT`), other text features have no tensor form."""
     n_cams = sum(f.kind in ("image", "video") for f in features.values())
     out: dict[str, FeatureSpec] = {}
     for key, feat in features.items():
