@@ -18,6 +18,7 @@ from robo_ray.cameras import camera_targets, camera_views, view_rank
 from robo_ray.episode import FeatureSpec
 from robo_ray.errors import ConfigError
 from robo_ray.readers.base import BUILTIN_METADATA, DATA_ROLES, Inventory, MetaType, canonical_path
+from robo_ray.readers.naming import TASK_NAME
 
 STEP_FLAGS = ("is_first", "is_last", "is_terminal")
 View = Literal["primary", "secondary", "wrist", "depth"]
@@ -212,7 +213,8 @@ def default_mapping(inv: Inventory, images: ImageOptions | None = None, name: st
     """The default mapping of an inventory, from the roles and canonical names its reader declared (DESIGN §6):
     data features -> step features named as declared (images: uint8 JPEG/PNG, 16-bit depth: uint16 PNG; tensors
     narrowed to float32 / int64 as TFRecord stores them, scalars shape []); step-field roles -> `defaults`
-    sources; everything else (bookkeeping, text) -> `dropped` with the reader's note."""
+    sources; language text other than the task (named TASK_NAME) -> text step features; everything else
+    (bookkeeping, text) -> `dropped` with the reader's note."""
     images = images or ImageOptions()
     steps: list[FieldMap] = []
     dropped: dict[str, str] = {}
@@ -226,6 +228,9 @@ def default_mapping(inv: Inventory, images: ImageOptions | None = None, name: st
             else:
                 dropped[key] = f"a second {role} source (`{getattr(defaults, field)}` is used)"
             continue
+        if feat.kind == "string" and role == "language" and feat.name and feat.name != TASK_NAME:
+            steps.append(FieldMap(source=key, target=feat.name, kind="text", dtype="string", shape=[], role=role))
+            continue  # more language than the step's task (its own name: TASK_NAME): kept as text
         if role not in DATA_ROLES or feat.kind == "string":
             dropped[key] = feat.note or ("text feature (no tensor form); kept out" if feat.kind == "string" else
                                          f"{role} feature: not step data")

@@ -10,6 +10,12 @@ from robo_ray.episode import FeatureSpec
 # Roles whose features are per-step data placed under their canonical name; the others are RLDS-style step fields
 # (reward, discount, is_first, is_last, terminal), or not step data (language, metadata, bookkeeping).
 DATA_ROLES = frozenset({"state", "observation", "action", "camera", "depth", "other"})
+# the canonical name of the language feature a reader gives as each step's task (Episode.step_tasks); other
+# language-role text features are kept as text step features by the default mapping
+TASK_NAME = "language_instruction"
+# text features that hold language, by their key's last part: instructions (the task and more: RLDS
+# `language_instruction_2`, ...) and lerobot 0.6's language columns carried as JSON text
+LANGUAGE_TEXT = re.compile(r"^(natural_)?language_instruction(_\d+)?$|^instruction$|^language_(persistent|events)$")
 
 
 def identifier(part: str) -> str:

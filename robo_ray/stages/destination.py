@@ -17,7 +17,8 @@ from robo_ray.writers import DEFAULT_TARGET, REGISTRY as WRITERS
 # the run's own files at the output root; each writer adds its dataset's entries (Writer.outputs())
 RUN_OUTPUTS = ("inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl",
                "ledger.json", "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json",
-               "dataset_statistics.json", "commit.json", "report.html", JOURNAL_DIR, LOCK_NAME)
+               "dataset_statistics.json", "commit.json", "report.html", JOURNAL_DIR, LOCK_NAME,
+               "norm_stats.json")  # norm_stats.json: openpi's normalization statistics (a target's Validate may write)
 
 # the commit marker: the run's last write, a conditional create (two runs racing on one destination: one publishes)
 COMMIT_MARKER = "commit.json"

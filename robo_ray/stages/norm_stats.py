@@ -26,6 +26,17 @@ class StatsAccumulator(StatsSet):
                        for group, role in LOADER_GROUPS.items()}
 
 
+def concatenated(stats: StatsSet, targets: list[str] | tuple[str, ...], keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """The statistics `keys` of the features `targets`, concatenated per step in that order (each flattened), as
+    lists; features with no step are left out, None when none has one."""
+    stats.flush()
+    parts = [stats.features[t] for t in targets if t in stats.features and stats.features[t].count]
+    if not parts:
+        return None
+    summaries = [p.summary() for p in parts]
+    return {k: np.concatenate([np.ravel(s[k]) for s in summaries]).tolist() for k in keys}
+
+
 def loader_statistics(stats: StatsAccumulator, episodes: int, steps: int) -> dict[str, Any]:
     """The layout Octo's and OpenVLA's `make_dataset_from_rlds(dataset_statistics=...)` read: top-level `action`
     and `proprio` (mean, std, min, max, p01 / p99 for Octo, q01 / q99 for OpenVLA; features of a group concatenated
@@ -33,14 +44,10 @@ def loader_statistics(stats: StatsAccumulator, episodes: int, steps: int) -> dic
     `num_trajectories`. Without a state feature `proprio` is zeros of the action's size, as OpenVLA's
     get_dataset_statistics computes it (its normalization reads `proprio` unconditionally)."""
     out: dict[str, Any] = {}
-    stats.flush()
     for group, targets in stats.groups.items():
-        parts = [stats.features[t] for t in targets if t in stats.features and stats.features[t].count]
-        if not parts:
+        g = concatenated(stats, targets, ("mean", "std", "min", "max", "q01", "q99"))
+        if g is None:
             continue
-        summaries = [p.summary() for p in parts]
-        g = {k: np.concatenate([np.ravel(s[k]) for s in summaries]).tolist()
-             for k in ("mean", "std", "min", "max", "q01", "q99")}
         g["p01"], g["p99"] = g["q01"], g["q99"]
         out[group] = g
     if "action" in out and "proprio" not in out:

@@ -134,6 +134,8 @@ def read(root: Path, out: Path, which: list[str], backend: str | None, all_frame
                         sample["cameras"][key] = f"{i}/{key}"
                     elif isinstance(val, str):
                         sample["values"][key] = {"dtype": "str", "shape": [], "value": val}
+                    elif isinstance(val, list):  # lerobot 0.6's language columns: the frame's rows (dicts)
+                        sample["values"][key] = {"dtype": "language", "shape": [len(val)], "value": val}
                     else:
                         arr, sample["values"][key] = _value(val)
                         arrays[f"{i}/{key}"] = arr

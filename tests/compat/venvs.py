@@ -211,6 +211,27 @@ def lerobot_reference(npz: Path, root: Path, *args: str, python: Path | None = N
     return run_json_script(python or ensure_lerobot_venv(), LEROBOT_REFERENCE, npz, root, *args, timeout=timeout)
 
 
+# --------------------------------------------------------------------------------- openpi / GR00T metadata checks
+
+TRAINERS_REQUIREMENTS = COMPAT / "requirements-trainers.txt"
+OPENPI_NORM_STATS = COMPAT / "openpi_norm_stats.py"
+GR00T_MODALITY = COMPAT / "gr00t_modality.py"
+
+
+def trainers_venv_dir() -> Path:
+    return Path(os.environ.get("ROBO_RAY_TRAINERS_VENV", REPO / ".cache" / "venv-trainers")).absolute()
+
+
+def ensure_trainers_venv() -> Path:
+    """Python of the numpy 1.26.4 / pydantic 2.11.5 / numpydantic 1.6.9 venv of openpi_norm_stats.py and
+    gr00t_modality.py (built on first use from a Python >= 3.11, ~15 s; reused while requirements-trainers.txt is
+    unchanged)."""
+    python, _ = ensure_venv(trainers_venv_dir(), TRAINERS_REQUIREMENTS,
+                            lambda: find_python((3, 11), "ROBO_RAY_TRAINERS_PYTHON", ("python3.11", "python3.12")),
+                            timeout=900)
+    return python
+
+
 if __name__ == "__main__":  # python -m tests.compat.venvs  -> builds (or reuses) the lerobot venv, prints its python
     py, seconds = ensure_lerobot_venv_timed()
     print(py, "reused" if seconds is None else f"built in {seconds:.0f} s", file=sys.stderr)

@@ -1,9 +1,10 @@
 """The writer conformance suite (issue #13, DESIGN §3): every target format in robo_ray.writers.REGISTRY gets the
 same tests, so a new writer gets them for free. A registered writer whose module cannot be imported fails them.
 
-1. round trip: LeRobot v2.1 (1 and 2 H.264 cameras, several tasks) and Minari (raw pixels) sources, converted and
-   read back through the writer's paired reader: same episodes, low-dim values and step fields exact, frame
-   counts equal, every frame within 30 dB PSNR of the source frame the writer was given;
+1. round trip: LeRobot v2.1 (1 and 2 H.264 cameras, several tasks), LeRobot v3.0 with lerobot 0.6's language
+   columns and Minari (raw pixels) sources, converted and read back through the writer's paired reader: same
+   episodes, low-dim values, text features and step fields exact, frame counts equal, every frame within 30 dB
+   PSNR of the source frame the writer was given;
 2. deterministic bytes: an in-process run, a fresh process, and the contract driven by hand with the units in
    reverse order write byte-identical files (options that embed a time are pinned);
 3. atomic units: an aborted sink, or one whose episode fails mid-camera, leaves no file at all; an `add` that
@@ -103,6 +104,9 @@ def test_writer_is_loadable(name: str) -> None:
 def test_round_trip(case: WriterCase, source: str, sources: Sources, runs) -> None:
     out = runs(case, source, "in-process")
     writer = wc.output_writer(out)
+    if source == "lerobot-v30-language":  # lerobot 0.6's language columns travel as text features: none dropped
+        texts = {fm.target for fm in writer.mapping.steps if fm.kind == "text"}
+        assert {"language_persistent", "language_events"} <= texts, f"{case.name}: text features {sorted(texts)}"
     problems = wc.compare_views(wc.source_views(sources(source), out), wc.output_views(writer),
                                 names=writer.read_back_names())
     assert not problems, f"{case.name} round trip of {source}:\n" + "\n".join(problems[:20])

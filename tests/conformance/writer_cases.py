@@ -75,6 +75,46 @@ def _minari_raw(tmp: Path) -> Path:
     return tmp.joinpath(*dataset_id.split("/"))
 
 
+def language_rows(episode: int, length: int, fps: int) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """lerobot 0.6's language columns of one episode, as its annotation pipeline fills them: persistent rows (the
+    same list on every frame: task_aug rephrasings at t0, subtasks at their start) and events on two frames (a
+    camera-grounded vqa question, a speech tool call)."""
+    persistent = [{"role": "user", "content": f"pick the cube {episode}", "style": "task_aug", "timestamp": 0.0,
+                   "camera": None, "tool_calls": None},
+                  {"role": "assistant", "content": "reach", "style": "subtask", "timestamp": 0.0, "camera": None,
+                   "tool_calls": None},
+                  {"role": "assistant", "content": "grasp", "style": "subtask", "timestamp": 2 / fps,
+                   "camera": None, "tool_calls": None}]
+    events: list[list[dict[str, Any]]] = [[] for _ in range(length)]
+    events[1] = [{"role": "user", "content": "what is visible?", "style": "vqa", "camera": TOP, "tool_calls": None}]
+    events[length - 1] = [{"role": "assistant", "content": None, "style": None, "camera": None, "tool_calls": [
+        {"type": "function", "function": {"name": "say", "arguments": {"text": f"done {episode}"}}}]}]
+    return persistent, events
+
+
+def _lerobot_language(tmp: Path) -> Path:
+    """A v3.0 dataset with lerobot 0.6's language columns, added as lerobot's own test adds them (pandas infers the
+    parquet types; info.json declares both columns as dtype "language")."""
+    import pandas as pd
+
+    spec = DatasetSpec(version="v3.0", episode_lengths=[6, 5], cameras=[CameraSpec(TOP)])
+    root = write_lerobot_dataset(tmp / "src", spec)
+    for path in sorted(root.glob("data/chunk-*/file-*.parquet")):
+        df = pd.read_parquet(path)
+        persistent, events = [], []
+        for e, n in df.groupby("episode_index", sort=False).size().items():
+            p, ev = language_rows(int(e), int(n), spec.fps)
+            persistent += [p] * int(n)
+            events += ev
+        df["language_persistent"], df["language_events"] = persistent, events
+        df.to_parquet(path)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["features"].update({k: {"dtype": "language", "shape": [1], "names": None}
+                             for k in ("language_persistent", "language_events")})
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+    return root
+
+
 TWO_CAMS = DatasetSpec(version="v2.1", episode_lengths=[8, 6, 7, 5, 6, 4], with_reward_done=True,
                        cameras=[CameraSpec(TOP), CameraSpec(WRIST)])
 # name -> (maker, has a frame rate); frames reach the writer as PyAV frames (video) or arrays (Minari raw pixels)
@@ -87,8 +127,9 @@ SOURCES: dict[str, tuple[Callable[[Path], Path], bool]] = {
                                                      cameras=[CameraSpec(TOP), CameraSpec(WRIST)])), True),
     "lerobot-v21-state-500": (_lerobot(DatasetSpec(version="v2.1", episode_lengths=[500], cameras=[])), True),
     "lerobot-v21-state-20000": (_lerobot(DatasetSpec(version="v2.1", episode_lengths=[20000], cameras=[])), True),
+    "lerobot-v30-language": (_lerobot_language, True),
 }
-ROUND_TRIP_SOURCES = ["lerobot-v21-2cam", "lerobot-v21-1cam", "minari-image-raw"]
+ROUND_TRIP_SOURCES = ["lerobot-v21-2cam", "lerobot-v21-1cam", "minari-image-raw", "lerobot-v30-language"]
 
 
 # ---- the writer under test --------------------------------------------------------------------------------------
@@ -177,6 +218,7 @@ class EpisodeView:
     cameras: dict[str, list[np.ndarray]] = field(default_factory=dict)
     steps: dict[str, np.ndarray] = field(default_factory=dict)  # reward, discount, is_first, is_last, is_terminal
     language: list[str] = field(default_factory=list)
+    texts: dict[str, list[str]] = field(default_factory=dict)  # text step features by target
 
 
 def frame_array(item: FrameItem, channels: int) -> np.ndarray:
@@ -200,7 +242,8 @@ def view_of(ep: CanonicalEpisode) -> EpisodeView:
     cams = {t: [frame_array(x, f.channels) for x in f] for t, f in ep.cameras.items()}
     steps = {"reward": ep.reward, "discount": ep.discount, "is_first": ep.is_first, "is_last": ep.is_last,
              "is_terminal": ep.is_terminal}
-    return EpisodeView(episode_id(ep), ep.length, dict(ep.tensors), cams, steps, list(ep.language))
+    return EpisodeView(episode_id(ep), ep.length, dict(ep.tensors), cams, steps, list(ep.language),
+                       {t: list(v) for t, v in ep.texts.items()})
 
 
 def canonical_views(url: str, fmt: str | None, mapping: Any | None = None) -> list[EpisodeView]:
@@ -274,6 +317,11 @@ def compare_views(expected: list[EpisodeView], got: list[EpisodeView],
                                 f"read back {None if other is None else np.asarray(other).tolist()}")
         if e.language != g.language:
             problems.append(f"{where}: language differs: source {e.language[:3]}..., read back {g.language[:3]}...")
+        for source_name, texts in e.texts.items():
+            back = g.texts.get(names.get(source_name, source_name))
+            if back != texts:
+                problems.append(f"{where}: text {source_name!r} differs: source {texts[:2]}..., read back "
+                                f"{None if back is None else back[:2]}... (read back: {sorted(g.texts)})")
         lone = len(e.cameras) == 1 and len(g.cameras) == 1  # readers name a lone camera observation/image
         for cam, frames in e.cameras.items():
             back = next(iter(g.cameras.values())) if lone else g.cameras.get(names.get(cam, cam))

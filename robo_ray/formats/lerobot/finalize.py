@@ -27,6 +27,7 @@ from robo_ray.formats.lerobot.meta_files import build_meta
 from robo_ray.formats.lerobot.parquet import parquet_bytes
 from robo_ray.formats.lerobot.paths import EMPTY_EPISODES, INFO, STATS, TASKS
 from robo_ray.formats.lerobot.stats import Agg, STAT_KEYS, array_stats, merge_aggs, to_list
+from robo_ray.formats.lerobot.trainer_meta import MODALITY
 from robo_ray.readers.base import Inventory
 from robo_ray.storage import join, write_bytes_atomic
 from robo_ray.writers.base import UnitResult
@@ -58,7 +59,7 @@ def finalize_dataset(w: "LeRobotWriter", results: list[UnitResult], inv: Invento
         write_bytes_atomic(w.fs, empty, parquet_bytes(w.episodes_schema.empty_table(), []))
     elif w.fs.exists(empty) and EMPTY_EPISODES not in {n for r in results for n, _, _ in r.all_files()}:
         w.fs.rm_file(empty)  # a placeholder left by an earlier finalize of this output
-    for name in (TASKS, STATS, INFO):
+    for name in (TASKS, STATS, MODALITY, INFO):
         write_bytes_atomic(w.fs, join(w.dataset_dir, name), meta[name])
     return json.loads(meta[INFO])
 

@@ -15,6 +15,10 @@ Feature naming (by the mapping's role, else by the canonical target name):
     discount (defaults.discount_source) -> discount float32 [1] (only when the source has a per-step discount)
     language (the step's instruction)   -> the task: meta/tasks.parquet + task_index per frame
     text step features                  -> dtype "string" features
+    language_persistent / language_events text (JSON rows) -> lerobot's language columns (dtype "language");
+                                           more language than the task (language text features, language
+                                           episode metadata) -> task_aug rows in language_persistent
+                                           (robo_ray/formats/lerobot/language.py)
     bookkeeping                         -> timestamp (float32, k/fps), frame_index, episode_index, index, task_index
 Not written: is_first / is_last (lerobot derives them from frame_index and the episode bounds), episode
 metadata. Depth cameras (16-bit) are refused with a ConfigError (lerobot 0.6 quantizes depth to 12-bit HEVC; not
@@ -29,6 +33,7 @@ from typing import Literal
 import numpy as np
 
 from robo_ray.errors import ConfigError
+from robo_ray.formats.lerobot.language import LANGUAGE_COLUMNS, LANGUAGE_EVENTS, LANGUAGE_METADATA, LANGUAGE_PERSISTENT
 from robo_ray.formats.lerobot.paths import BOOKKEEPING
 from robo_ray.mapping import FieldMap, Mapping
 
@@ -38,12 +43,13 @@ class Feature:
     """One LeRobot feature and the mapping targets it is made of."""
 
     key: str
-    kind: Literal["action", "tensor", "string", "reward", "discount", "done", "video"]
+    kind: Literal["action", "tensor", "string", "language", "reward", "discount", "done", "video"]
     dtype: str  # float32 / int64 / bool / string / video
     shape: tuple[int, ...]  # LeRobot's shape ((1,) = a scalar column)
     targets: tuple[str, ...] = ()
     sizes: tuple[int, ...] = ()  # values per step of each target (action components)
     sources: tuple[str, ...] = ()
+    role: str = ""  # tensors: the mapping's role (state, observation, ...): what GR00T's modality.json groups
 
     @property
     def scalar(self) -> bool:
@@ -51,7 +57,7 @@ class Feature:
 
     @property
     def numeric(self) -> bool:
-        return self.kind not in ("string", "video")
+        return self.kind not in ("string", "language", "video")
 
 
 def _ident(text: str) -> str:
@@ -139,6 +145,9 @@ def plan_layout(mapping: Mapping) -> Layout:
             key = unique(camera_key(fm))
             camera_maps[key] = fm
             out.append(Feature(key, "video", "video", (h, w, 3), (fm.target,), (), (fm.source,)))
+        elif fm.kind == "text" and fm.target in LANGUAGE_COLUMNS:  # lerobot's own columns, as JSON rows per step
+            taken.add(fm.target)
+            out.append(Feature(fm.target, "language", "language", (1,), (fm.target,), (1,), (fm.source,), role))
         elif fm.kind == "text":
             out.append(Feature(unique(data_key(fm, role)), "string", "string", (1,), (fm.target,), (1,),
                                (fm.source,)))
@@ -154,7 +163,8 @@ def plan_layout(mapping: Mapping) -> Layout:
             shape = _shape(fm.shape)
             size = int(np.prod(fm.shape)) if fm.shape else 1
             out.append(Feature(unique(data_key(fm, role)), "tensor", fm.dtype, shape, (fm.target,), (size,),
-                               (fm.source,)))
+                               (fm.source,), role))
+    out += language_features(mapping, {f.key for f in out})
     d = mapping.defaults
     if d.reward_source:
         out.append(Feature("next.reward", "reward", "float32", (1,), sources=(d.reward_source,)))
@@ -165,3 +175,20 @@ def plan_layout(mapping: Mapping) -> Layout:
     out += [Feature("timestamp", "tensor", "float32", (1,)), *(Feature(k, "tensor", "int64", (1,))
                                                                 for k in BOOKKEEPING[1:])]
     return Layout(out, [f for f in out if f.kind == "video"], camera_maps)
+
+
+def language_features(mapping: Mapping, have: set[str]) -> list[Feature]:
+    """lerobot's two language columns, when the mapping passes one through or holds more language than the task:
+    a `language_persistent` of task_aug rows made from the language text features (`targets`) and the episode
+    metadata holding language (`sources`), and an empty `language_events` (robo_ray/formats/lerobot/language.py)."""
+    out: list[Feature] = []
+    if LANGUAGE_PERSISTENT not in have:
+        texts = tuple(fm.target for fm in mapping.steps
+                      if fm.kind == "text" and fm.role == "language" and fm.target not in LANGUAGE_COLUMNS)
+        meta = tuple(k for k in mapping.episode_metadata
+                     if mapping.episode_metadata_types.get(k) == "text" and LANGUAGE_METADATA.search(k))
+        if texts or meta or LANGUAGE_EVENTS in have:
+            out.append(Feature(LANGUAGE_PERSISTENT, "language", "language", (1,), texts, (), meta))
+    if LANGUAGE_EVENTS not in have and (out or LANGUAGE_PERSISTENT in have):
+        out.append(Feature(LANGUAGE_EVENTS, "language", "language", (1,)))
+    return out

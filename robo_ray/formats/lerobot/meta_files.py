@@ -1,5 +1,5 @@
-"""meta/tasks.parquet, meta/stats.json and meta/info.json of a LeRobot dataset, from its (renumbered) units'
-results."""
+"""meta/tasks.parquet, meta/stats.json, meta/modality.json (GR00T's) and meta/info.json of a LeRobot dataset, from
+its (renumbered) units' results."""
 from __future__ import annotations
 
 import io
@@ -11,6 +11,7 @@ import numpy as np
 from robo_ray.formats.lerobot.layout import Feature
 from robo_ray.formats.lerobot.paths import BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, INFO, STATS, TASKS, VIDEO_PATH
 from robo_ray.formats.lerobot.stats import Agg, image_stats, merge_aggs, merge_image_json, stats_json
+from robo_ray.formats.lerobot.trainer_meta import MODALITY, modality_json
 from robo_ray.readers.base import Inventory
 from robo_ray.writers.base import UnitResult
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 def build_meta(w: "LeRobotWriter", results: list[UnitResult], inv: Inventory | None, tasks: dict[str, int],
                episodes: int, frames: int) -> dict[str, bytes]:
-    """tasks.parquet, stats.json, info.json from the (renumbered) unit results."""
+    """tasks.parquet, stats.json, modality.json, info.json from the (renumbered) unit results."""
     import pandas as pd
 
     names = sorted(tasks, key=tasks.__getitem__)
@@ -40,6 +41,7 @@ def build_meta(w: "LeRobotWriter", results: list[UnitResult], inv: Inventory | N
                 merged[f.key] = agg.finish()
     info = info_json(w, inv, episodes, frames, len(names), results)
     return {TASKS: buf.getvalue(), STATS: json.dumps(stats_json(merged), indent=2).encode(),
+            MODALITY: json.dumps(modality_json(w.layout, w.mapping), indent=4).encode(),
             INFO: json.dumps(info, indent=4).encode()}
 
 
@@ -65,7 +67,7 @@ def names_of(f: Feature, inv: Inventory | None) -> Any:
     """`names` of a feature in info.json: the source's when they fit, else generated per component."""
     if f.kind == "video":
         return ["height", "width", "channels"]
-    if f.kind in ("string", "reward", "discount", "done") or f.key in BOOKKEEPING or \
+    if f.kind in ("string", "language", "reward", "discount", "done") or f.key in BOOKKEEPING or \
             f.scalar and f.kind != "action":
         return None
     if len(f.shape) != 1:

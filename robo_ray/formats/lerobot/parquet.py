@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robo_ray.formats.lerobot import language
 from robo_ray.formats.lerobot.layout import Feature, Layout
 from robo_ray.formats.lerobot.stats import STAT_KEYS
 
@@ -25,6 +26,8 @@ def _nested(t: pa.DataType, shape: tuple[int, ...], fixed: bool = True) -> pa.Da
 
 
 def column_type(f: Feature) -> pa.DataType:
+    if f.dtype == "language":
+        return language.column_type(f.key)
     if f.dtype == "string":
         return pa.string()
     base = _PA[f.dtype]
@@ -33,6 +36,8 @@ def column_type(f: Feature) -> pa.DataType:
 
 def hf_feature(f: Feature) -> dict[str, Any]:
     """The feature in the `huggingface` parquet metadata (datasets 4 style, as lerobot 0.4.4+ writes it)."""
+    if f.dtype == "language":
+        return language.hf_feature(f.key)
     if f.dtype == "string" or f.scalar:
         return {"dtype": f.dtype, "_type": "Value"}
     if len(f.shape) == 1:
@@ -83,6 +88,8 @@ def episodes_schema(layout: Layout) -> pa.Schema:
 
 
 def arrow_column(values: Any, f: Feature, n: int) -> pa.Array:
+    if f.dtype == "language":  # one list of rows per frame
+        return language.language_array(values, f.key)
     if f.dtype == "string":
         return pa.array(list(values), type=pa.string())
     arr = np.ascontiguousarray(np.asarray(values).astype(f.dtype, copy=False))

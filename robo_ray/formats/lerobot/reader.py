@@ -16,7 +16,9 @@ import pyarrow as pa
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable, VideoRef
 from robo_ray.errors import DataCorrupt, SourceFormatError, UnknownFormat, UnsafeInput
+from robo_ray.formats.lerobot.language import column_json
 from robo_ray.formats.lerobot.paths import BOOKKEEPING, INFO
+from robo_ray.readers.naming import LANGUAGE_TEXT
 from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Inventory
 from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts, check_shape,
                              render_path_template)
@@ -28,6 +30,7 @@ DECLARED_LIMITS = {"total_episodes": MAX_EPISODES, "total_frames": MAX_EPISODES 
                    "total_tasks": MAX_EPISODES * 16, "total_videos": MAX_EPISODES * 64, "total_chunks": MAX_EPISODES}
 BOOKKEEPING_NOTE = "bookkeeping column (step order, indices, task via language_instruction)"
 STRING_NOTE = "string feature (no RLDS tensor form); kept out"
+
 # non-standard spellings seen in real datasets (e.g. open50: `actions`, `state`): (role, canonical name)
 ALIASES = {"actions": ("action", "action"), "state": ("state", "observation/state"),
            "observation.states": ("state", "observation/state")}
@@ -87,8 +90,8 @@ def parse_features(raw: Any) -> dict[str, FeatureSpec]:
             info = feat.get("info") or feat.get("video_info") or {}
             codec = info.get("video.codec") if isinstance(info, dict) else None
             out[key] = FeatureSpec(key, dtype, "uint8", hwc, feat.get("names"), declared, codec)
-        elif dtype == "string":
-            out[key] = FeatureSpec(key, "string", "string", (), feat.get("names"))
+        elif dtype in ("string", "language"):  # language: lerobot 0.6's language columns (formats/lerobot/language.py)
+            out[key] = FeatureSpec(key, "string", dtype, (), feat.get("names"))
         else:
             try:
                 np.dtype(dtype)
@@ -108,7 +111,8 @@ def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]
     action; one camera -> observation/image, several -> observation/image_<last part of key>; other
     `observation.*` -> observation/<rest, dots as _>, any other key -> observation/<key, dots as _>;
     `next.reward` -> reward, `next.done` -> terminal; shape [1] columns other than action / observation.state are
-    scalars; lerobot's index columns are bookkeeping and text features have no tensor form."""
+    scalars; lerobot's index columns are bookkeeping; lerobot 0.6's language columns (JSON rows per frame) and
+    instruction strings are language text (`LANGUAGE_TEXT`), other text features have no tensor form."""
     n_cams = sum(f.kind in ("image", "video") for f in features.values())
     out: dict[str, FeatureSpec] = {}
     for key, feat in features.items():
@@ -124,6 +128,8 @@ def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]
             out[key] = replace(feat, role="terminal", name="is_terminal")
         elif key == "discount" and feat.kind == "tensor":  # written by robo-ray for sources with a discount
             out[key] = replace(feat, role="discount", name="discount")
+        elif feat.kind == "string" and (feat.dtype == "language" or LANGUAGE_TEXT.match(key)):
+            out[key] = replace(feat, role="language", name=_ident(key))  # kept as text (the task: task_index)
         elif feat.kind == "string":
             out[key] = replace(feat, role="other", note=STRING_NOTE)
         else:
@@ -423,7 +429,8 @@ class LeRobotReader(BaseReader):
             if spec.kind == "image":
                 ep.images[key] = _image_bytes(column, ref, key)
             elif spec.kind == "string":
-                ep.columns[key] = np.asarray(column.to_pylist(), dtype=object)
+                ep.columns[key] = np.asarray(column_json(column, key) if spec.dtype == "language" else
+                                             column.to_pylist(), dtype=object)
             else:
                 ep.columns[key] = column_to_numpy(column, spec, ref)
         if "timestamp" in table.column_names:

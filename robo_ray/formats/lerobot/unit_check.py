@@ -316,7 +316,7 @@ def _flat(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def _numpy(column: pa.ChunkedArray, f: Any) -> Any:
-    if f.dtype == "string":
+    if f.dtype in ("string", "language"):
         return column.to_pylist()
     values = _flat(column)
     return values.reshape(len(column), -1)

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from robo_ray.episode import CanonicalEpisode
 from robo_ray.errors import DataCorrupt, EpisodeError
+from robo_ray.formats.lerobot.language import frame_rows
 from robo_ray.formats.lerobot.parquet import arrow_column, parquet_bytes, parquet_writer
 from robo_ray.formats.lerobot.paths import DATA_PATH, EPISODES_PATH, VIDEO_PATH, file_rel
 from robo_ray.formats.lerobot.stats import Agg, STAT_KEYS, array_stats, image_stats_json, merge_image_json, to_list
@@ -103,6 +104,8 @@ class EpisodeFileSink(UnitSink):
                 out[f.key] = np.asarray(ep.tensors[f.targets[0]])
             elif f.kind == "string":
                 out[f.key] = list(ep.texts[f.targets[0]])
+            elif f.kind == "language":
+                out[f.key] = frame_rows(f, ep)
             elif f.kind == "reward":
                 out[f.key] = np.asarray(ep.reward, np.float32)
             elif f.kind == "done":

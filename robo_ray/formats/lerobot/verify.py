@@ -21,10 +21,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from robo_ray.formats.lerobot.paths import CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS, TASKS, VIDEO_PATH
+from robo_ray.formats.lerobot.trainer_meta import MODALITY, NORM_STATS, modality_json, openpi_norm_stats, slice_problems
 from robo_ray.formats.lerobot.unit_check import LeRobotUnitVerifier
 from robo_ray.formats.lerobot.unit_view import (BOOKKEEPING_COLUMNS, UnitView, meta_problems, numbering_problems,
                                                 problem_detail)
 from robo_ray.stages.check_records import UnitChecks, ValidationResult
+from robo_ray.storage import write_bytes_atomic
 from robo_ray.writers.base import UnitResult
 from robo_ray.writers.committed import uncommitted_units
 
@@ -56,6 +58,7 @@ class LeRobotVerifier(LeRobotUnitVerifier):
         checks.apply(res, self.ctx.min_psnr_db)
         res.shard_sha256.update(rehashed)
         self._check_stats(res, bool(episodes))
+        self._trainer_files(res)
         self._unit_summary(res, checks, results)
         self._paired_reader(res, episodes)
         return True
@@ -292,6 +295,28 @@ class LeRobotVerifier(LeRobotUnitVerifier):
                 problems.append(f"{f.key}: image stats shape {np.asarray(st['mean']).shape}, expected (3, 1, 1)")
         res.add("stats", not problems, "meta/stats.json covers every numeric feature and camera" if not problems
                 else "; ".join(problems[:8]))
+
+    def _trainer_files(self, res: ValidationResult) -> None:
+        """GR00T's meta/modality.json: as the mapping gives it, its slices tiling state and action; then openpi's
+        norm_stats.json written from the merged statistics of every written step (formats/lerobot/trainer_meta.py)."""
+        p = self.path(MODALITY)
+        try:
+            got = json.loads(self.fs.cat_file(p)) if self.fs.exists(p) else None
+        except ValueError as exc:
+            got, problems = None, [f"not valid JSON: {exc}"]
+        else:
+            expected = modality_json(self.layout, self.mapping)
+            problems = ["missing"] if got is None else ["differs from the mapping's"] if got != expected else []
+        if isinstance(got, dict) and not problems:
+            problems = slice_problems(got, self.layout)
+        res.add("GR00T modality", not problems, f"{MODALITY}: state / action slices tile their columns, "
+                f"{len(got.get('video') or {}) if isinstance(got, dict) else 0} cameras" if not problems
+                else f"{MODALITY}: " + "; ".join(problems[:5]))
+        norm = openpi_norm_stats(self.layout, res.stats) if res.stats is not None else None
+        if norm is not None:
+            write_bytes_atomic(self.fs, self.path(NORM_STATS), json.dumps(norm, indent=2).encode())
+        elif self.fs.exists(self.path(NORM_STATS)):
+            self.fs.rm_file(self.path(NORM_STATS))  # an earlier run's, for features this dataset no longer has
 
     # ---- the paired reader -----------------------------------------------------------------------------------------
     def _paired_reader(self, res: ValidationResult, n: int) -> None:

@@ -7,7 +7,8 @@ Layout (one work unit = one file index; file index = unit index, chunk = index /
     videos/<camera key>/chunk-CCC/file-FFF.mp4  per camera, the unit's episodes concatenated
     meta/episodes/chunk-CCC/file-FFF.parquet   one row per episode of the unit (lerobot reads every file under
                                                meta/episodes/ in path order, so the parts form one table)
-    meta/tasks.parquet  meta/stats.json  meta/info.json (written last: the commit)
+    meta/tasks.parquet  meta/stats.json  meta/modality.json (GR00T's)  meta/info.json (written last: the commit)
+    norm_stats.json                            openpi's, written by Validate (formats/lerobot/trainer_meta.py)
 
 Feature naming: robo_ray/formats/lerobot/layout.py. Numbering (finalize renumbers what quarantine shifted):
 robo_ray/formats/lerobot/finalize.py.
@@ -147,7 +148,7 @@ class LeRobotWriter(Writer):
         for f in self.layout.features:
             if f.kind == "video":
                 specs[f.key] = FeatureSpec(f.key, "video", "uint8", tuple(f.shape))
-            elif f.kind != "string":
+            elif f.kind not in ("string", "language"):
                 specs[f.key] = FeatureSpec(f.key, "tensor", f.dtype, tuple(f.shape))
         names = declare_features(specs)
         out: dict[str, str] = {}

@@ -32,6 +32,7 @@ from robo_ray.formats.lerobot.reader import column_to_numpy
 from robo_ray.formats.ortf.manifest_check import sensor_fps, sensor_resolution, validate_manifest
 from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_shape, check_relative_path
 from robo_ray.storage import join
+from robo_ray.readers.naming import LANGUAGE_TEXT
 
 FLAGS = ("is_first", "is_last", "is_terminal")
 BOOKKEEPING = ("episode_id", "step_index", "timestamp", "task_id")
@@ -93,6 +94,8 @@ def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]
             out[key] = replace(feat, role="bookkeeping", note=BOOKKEEPING_NOTE)
         elif key in ("reward", "discount") and feat.kind == "tensor":
             out[key] = replace(feat, role=key, name=key)  # type: ignore[arg-type]
+        elif feat.kind == "string" and LANGUAGE_TEXT.match(key):  # more instructions, lerobot's language columns
+            out[key] = replace(feat, role="language", name=key)
         elif feat.kind == "string":
             out[key] = replace(feat, role="other", note=STRING_NOTE)
         elif key in cams:

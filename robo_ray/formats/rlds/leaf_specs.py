@@ -8,9 +8,9 @@ import re
 from robo_ray.episode import FeatureSpec, Role
 from robo_ray.formats.rlds.features import Leaf
 from robo_ray.readers.inventory import BUILTIN_METADATA, MetaType
-from robo_ray.readers.naming import identifier
+from robo_ray.readers.naming import LANGUAGE_TEXT, identifier
 
-_LANGUAGE = re.compile(r"^(natural_)?language_instruction(_\d+)?$|^instruction$")
+_LANGUAGE = LANGUAGE_TEXT
 _STEP_ROLES: dict[str, Role] = {"reward": "reward", "discount": "discount", "is_first": "is_first",
                                 "is_last": "is_last", "is_terminal": "terminal"}
 

@@ -48,6 +48,7 @@ from robo_ray.formats.rlds.leaf_values import (decode_numbers, decode_strings, i
 from robo_ray.formats.rlds.record_walk import (Malformed, Window, count_values, entries, first_item, record_length,
                                                verified_payload)
 from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, ScanTask, held_fps, spread
+from robo_ray.readers.naming import TASK_NAME
 from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count
 from robo_ray.storage import is_local, join, url_of
 
@@ -136,7 +137,8 @@ class RldsReader(BaseReader):
             note = f"episode metadata `{self._meta_names[key]}`" if spec.role == "metadata" else \
                 "the step's language instruction (Episode.step_tasks)" if key == self._task_key else None
             if note:
-                self.features[key] = replace(spec, note="; ".join(filter(None, (note, spec.note))))
+                self.features[key] = replace(spec, note="; ".join(filter(None, (note, spec.note))),
+                                             name=TASK_NAME if key == self._task_key else spec.name)
 
     # ---- where the dataset is ---------------------------------------------------------------------------------
     @classmethod
