@@ -322,12 +322,13 @@ class RldsReader(BaseReader):
                     "splits": {s: sum(n for _, n in sh) for s, sh in self.split_shards.items()},
                     "selected_splits": self.splits, "fps_source": self.fps_source,
                     "description": str(self.info.get("description") or "")[:2000]}
-        inv = Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
-                        source_version=self.version, episodes_count=len(refs), total_steps=sum(r.length for r in refs),
-                        features=self.features, refs=refs, fps=self.fps, declared=declared, findings=findings,
-                        metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "",
-                        step_storage="tfrecord")
-        return inv
+        return self._inventory(refs, len(refs), declared=declared, findings=findings)
+
+    def _inventory(self, refs: list[EpisodeRef], count: int, **more: Any) -> Inventory:
+        return Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
+                         source_version=self.version, episodes_count=count, total_steps=sum(r.length for r in refs),
+                         features=self.features, refs=refs, fps=self.fps, metadata_types=dict(self.metadata_types),
+                         language_source="task" if self._task_key else "", step_storage="tfrecord", **more)
 
     def discover_spread(self, k: int) -> tuple[Inventory, list[int]]:
         """`k` spread episodes, scanning only the shards that hold them (their positions follow the declared shard
@@ -358,12 +359,7 @@ class RldsReader(BaseReader):
                                        source_id=f"{split}[{in_split + pos - start}]",
                                        locator=None if framed is None else (offset, framed), split=split))
             start += declared
-        inv = Inventory(dataset_name=self.dataset_name, dataset_root=self.url, source_format="rlds",
-                        source_version=self.version, episodes_count=total, total_steps=sum(r.length for r in refs),
-                        features=self.features, refs=refs, fps=self.fps,
-                        metadata_types=dict(self.metadata_types), language_source="task" if self._task_key else "",
-                        step_storage="tfrecord")
-        return inv, positions
+        return self._inventory(refs, total), positions
 
     def _scan_shard(self, rel: str, declared: int
                     ) -> tuple[list[tuple[int, int | None, int | None]], list[Finding]]:
@@ -389,8 +385,7 @@ class RldsReader(BaseReader):
                 n, framing = record_length(win, pos, size)
                 if framing:
                     hidden = max(0, declared - len(records) - 1)
-                    bad(pos, size - pos, framing + (f"; the {hidden} episode(s) declared after it too" if hidden
-                                                    else ""))
+                    bad(pos, size - pos, framing + (f"; the {hidden} episode(s) declared after it too" * bool(hidden)))
                     # the episodes declared after it cannot be located: listed (length 0 = unreadable) so they
                     # are quarantined by name and the following shards keep their indices
                     records += [(pos, 0, None)] * max(0, declared - len(records))
