@@ -26,6 +26,8 @@ REGISTRY: dict[str, str] = {
     # /observations + /action), so none takes another's file
     "robomimic": "robo_ray.formats.robomimic.reader:RobomimicReader",
     "aloha": "robo_ray.formats.aloha.reader:AlohaReader",
+    # ROS bags: a folder whose entries are *.mcap / *.bag files or rosbag2 folders (metadata.yaml), or one bag
+    "rosbag": "robo_ray.formats.rosbag.reader:RosbagReader",
     "rlds": "robo_ray.formats.rlds.reader:RldsReader",
 }
 # What to install when a reader's module cannot be imported (shown with the ImportError; a format whose
@@ -36,6 +38,7 @@ INSTALL_HINTS: dict[str, str] = {
     "minari": "pip install h5py (the minari package itself is not needed)",
     "robomimic": "pip install h5py",
     "aloha": "pip install h5py simplejpeg",
+    "rosbag": "pip install rosbags",
 }
 
 log = logging.getLogger("robo_ray.readers")
