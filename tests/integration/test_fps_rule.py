@@ -1,6 +1,6 @@
 """One frame-rate rule for every reader (issue #27 part 7): the rate the source records where it holds one (LeRobot
 info.json, ORTF manifest, RLDS metadata.json, robomimic env_args control_freq), else `--fps`, else what the
-recorder is known to run at (ALOHA / ACT: 50 fps), else none (warning F101). Checked for every reader x every
+recorder is known to run at (ALOHA / ACT: 50 fps; ROS bags: the reference topic's median rate), else none (warning F101). Checked for every reader x every
 target that stores a rate (LeRobot v3.0: info.json fps; ORTF: the manifest), by reading each output back."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from robo_ray.config import load_config
 from robo_ray.readers import open_reader
 from robo_ray.stages.pipeline import run_pipeline
-from tests.fixtures import aloha_gen, minari_gen, robomimic_gen
+from tests.fixtures import aloha_gen, minari_gen, robomimic_gen, rosbag_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
 GIVEN = 7.0
@@ -52,6 +52,8 @@ SOURCES: dict[str, tuple[Callable[[Path], Path], float | None, float]] = {
     "robomimic": (lambda tmp: robomimic_gen.write_robomimic(tmp / "rm" / "image.hdf5", (5, 4), (32, 32)), 20.0, 20.0),
     "robomimic-isaaclab": (lambda tmp: robomimic_gen.write_isaaclab(tmp / "isaac" / "ds.hdf5"), None, 0.0),
     "aloha": (lambda tmp: aloha_gen.write_dataset(tmp / "aloha", (5, 4), hw=(32, 48)), None, 50.0),
+    # bags record no rate: the reference topic's (the first camera's) median rate, or --fps (then its clock)
+    "rosbag": (lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "mcap", episodes=2), None, 10.0),
 }
 
 

@@ -108,8 +108,13 @@ class Bag:
         return self.connections[topic][0].msgtype
 
     def defined(self, topic: str) -> bool:
-        """Whether the topic's message type has a definition to deserialise it with."""
-        return self.msgtype(topic) in self.typestore.fielddefs
+        """Whether the topic's message type has a definition to deserialise it with: the bag's own for each of
+        the topic's connections (an empty one is missing), or the standard types for a bag that carries none."""
+        fields = self.typestore.fielddefs.get(self.msgtype(topic))
+        if not fields or not fields[1]:
+            return False
+        carries = any(c.msgdef.data.strip() for c in self.reader.connections)
+        return not carries or all(c.msgdef.data.strip() for c in self.connections[topic])
 
     def messages(self, topics: list[str], start: int | None = None) -> Iterator[tuple[str, int, memoryview]]:
         """(topic, receive time ns, raw bytes) of the topics' messages in receive-time order, from `start`."""

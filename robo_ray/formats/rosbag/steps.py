@@ -2,12 +2,13 @@
 clock rule (clock.py): the ticks, each topic's message per tick, and the rule's counts or the episode's error."""
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
-from robo_ray.errors import DataMissing, EpisodeError
+from robo_ray.errors import DataCorrupt, DataMissing, EpisodeError
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, has_header, header_stamp
 from robo_ray.formats.rosbag.errors import GapBeyondSkew, TimeGoesBack
@@ -38,7 +39,11 @@ def read_topics(bag: Bag, topics: list[str], stamps: str, values: dict[str, Call
     for topic, t, raw in bag.messages(list(out)):
         data = out[topic]
         data.log.append(t)
-        data.time.append(header_stamp(raw, bag.ros1) if data.stamped else t)
+        try:
+            data.time.append(header_stamp(raw, bag.ros1) if data.stamped else t)
+        except struct.error:
+            raise DataCorrupt(f"{bag.where}: a {topic} message of {len(raw)} bytes is too short for its header "
+                              "stamp") from None
         if topic in values or (topic in first_of and data.first is None):
             msg = bag.deserialize(raw, topic)
             if data.first is None:
