@@ -52,7 +52,7 @@ class Case:
     """One broken dataset and what `robo-ray run` must make of it."""
 
     name: str
-    base: str  # "v2.1" | "v3.0" | "minari" | "robomimic" | "aloha": the valid fixture the case starts from
+    base: str  # "v2.1" | "v3.0" | "minari" | "robomimic" | "aloha" | "rosbag": the valid fixture the case starts from
     what: str  # what is broken, in words
     outcome: str  # "quarantine" | "refuse" | "ok"
     code: str  # the stable code on stderr (EPxxx for quarantines, RRxxx for refusals); "" for "ok"
@@ -404,6 +404,24 @@ def _aloha_external_link(root: Path, outside: Path) -> None:
 
 
 # ---- the table ------------------------------------------------------------------------------------------------
+def _rosbag_no_definition(root: Path, outside: Path) -> None:
+    from tests.fixtures import rosbag_gen
+
+    rosbag_gen.rewrite(root, 1, msgdefs=rosbag_gen.without_definition("/cam_side/image_raw/compressed"))
+
+
+def _rosbag_time_back(root: Path, outside: Path) -> None:
+    from tests.fixtures import rosbag_gen
+
+    rosbag_gen.rewrite(root, 2, messages=lambda m: rosbag_gen.stamps_going_back(m, "/joint_states"))
+
+
+def _rosbag_gap(root: Path, outside: Path) -> None:
+    from tests.fixtures import rosbag_gen
+
+    rosbag_gen.rewrite(root, 0, messages=lambda m: rosbag_gen.drop_frames(m, "/cam_wrist/image_raw", 5, 5))
+
+
 def _q(name: str, base: str, what: str, code: str, episodes: tuple[int, ...], names: tuple[str, ...],
        exit_code: int = 3, args: tuple[str, ...] = FAST) -> Case:
     return Case(name, base, what, "quarantine", code, exit_code, episodes, names, args)
@@ -489,6 +507,14 @@ CASES: list[Case] = [
        (1,), ("episode_1.hdf5", "compress_len")),
     _q("aloha_external_link", "aloha", "episode_3's /observations/qvel is an external link to a file outside",
        "EP207", (3,), ("episode_3.hdf5", "external link")),
+    _q("rosbag_missing_definition", "rosbag", "episode_1.mcap stores /cam_side/image_raw/compressed's schema with "
+       "an empty message definition", "EP202", (1,), ("episode_1.mcap", "no message definition")),
+    _q("rosbag_time_goes_back", "rosbag", "episode_2.mcap: a /joint_states header stamp 100 ms before the one it "
+       "follows", "EP209", (2,), ("episode_2.mcap", "/joint_states", "go back")),
+    _q("rosbag_truncated", "rosbag", "episode_3.mcap cut to 60% of its bytes", "EP202", (3,),
+       ("episode_3.mcap", "not a readable bag")),
+    _q("rosbag_gap_beyond_skew", "rosbag", "episode_0.mcap: /cam_wrist/image_raw stalls for 5 frames (0.6 s at "
+       "10 Hz; the default skew is 2 intervals)", "EP208", (0,), ("episode_0.mcap", "/cam_wrist/image_raw")),
 ]
 
 MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
@@ -532,6 +558,10 @@ MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
     "aloha_truncated_episode": _cut("episode_2.hdf5"),
     "aloha_jpeg_length_beyond_row": _aloha_jpeg_length,
     "aloha_external_link": _aloha_external_link,
+    "rosbag_missing_definition": _rosbag_no_definition,
+    "rosbag_time_goes_back": _rosbag_time_back,
+    "rosbag_truncated": _cut("episode_3.mcap"),
+    "rosbag_gap_beyond_skew": _rosbag_gap,
 }
 CASES_BY_NAME = {c.name: c for c in CASES}
 assert set(MUTATIONS) == set(CASES_BY_NAME), "every case needs a mutation"
@@ -541,7 +571,7 @@ assert set(MUTATIONS) == set(CASES_BY_NAME), "every case needs a mutation"
 def bases_in(base_dir: Path) -> dict[str, Path]:
     """The valid fixtures the cases start from, by `Case.base`."""
     return {"v2.1": base_dir / "v2.1", "v3.0": base_dir / "v3.0", "minari": base_dir / "minari" / MINARI_ID,
-            "robomimic": base_dir / "robomimic", "aloha": base_dir / "aloha"}
+            "robomimic": base_dir / "robomimic", "aloha": base_dir / "aloha", "rosbag": base_dir / "rosbag"}
 
 
 def _build_bases(base_dir: Path) -> dict[str, Path]:
@@ -555,6 +585,9 @@ def _build_bases(base_dir: Path) -> dict[str, Path]:
 
     write_robomimic(bases["robomimic"] / ROBOMIMIC_FILE, tuple(LENGTHS), (48, 64), masks=False)
     write_dataset(bases["aloha"], tuple(LENGTHS))
+    from tests.fixtures import rosbag_gen
+
+    rosbag_gen.write_dataset(bases["rosbag"], "mcap", episodes=4)
 
     old = os.environ.get("MINARI_DATASETS_PATH")
     try:

@@ -39,7 +39,8 @@ def test_reads_source_writes_destination_only(case: Case, corpus: Corpus) -> Non
     if case.outcome != "refuse":
         assert any(r["access"] == "read" and _under(r["path"], run.source) for r in records)
         assert any(r["access"] == "write" and _under(r["path"], run.out) for r in records)
-        assert any(r["event"] in ("av.open", "h5py.File") and _under(r["path"], run.source) for r in records)
+        if case.base != "rosbag":  # rosbags opens MCAP and ROS 1 files from Python: the `open` reads above
+            assert any(r["event"] in ("av.open", "h5py.File") and _under(r["path"], run.source) for r in records)
 
 
 def test_to_ortf_writes_destination_only(corpus: Corpus, tmp_path: Path) -> None:
