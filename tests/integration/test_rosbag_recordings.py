@@ -253,3 +253,33 @@ def test_frames_stream_while_taken(tmp_path: Path) -> None:
     whole = n * rosbag_gen.H * rosbag_gen.W * 3
     assert n == ref.length and n > 190
     assert peak < whole / 4, (peak, whole)
+
+
+def test_bags_on_a_remote_filesystem(made: Callable[[str], Path]) -> None:
+    """Bags behind an fsspec URL (memory://: rosbag2 folders and MCAP files) are copied locally to be read and give
+    the same inventory and episodes as on disk; Discover split by bag (the Ray scan's tasks, scanned by a pickled
+    reader as a worker would) gives the same inventory."""
+    import pickle
+
+    import fsspec
+
+    mem = fsspec.filesystem("memory")
+    for fmt in ("rosbag2_sqlite3", "mcap"):
+        local = open_reader(str(made(fmt)), options={"fps": FPS})
+        root = f"/remote_{fmt}"
+        mem.put(str(made(fmt)), root, recursive=True)
+        remote = open_reader(f"memory://{root}", options={"fps": FPS})
+        inv, want = remote.discover(), local.discover()
+        assert [(r.data_path, r.length) for r in inv.refs] == [(r.data_path, r.length) for r in want.refs]
+        assert inv.declared["topics"] == want.declared["topics"]
+        ep, ep0 = remote.load_episode(inv.refs[2]), local.load_episode(want.refs[2])
+        for key in ep0.columns:
+            np.testing.assert_array_equal(ep.columns[key], ep0.columns[key])
+        for key in ep0.images:
+            assert list(ep.images[key]) == list(ep0.images[key])
+        worker = pickle.loads(pickle.dumps(local))
+        rows = [pickle.loads(pickle.dumps(worker.scan(t))) for t in local.scan_tasks()]
+        split = local.merge_scans(rows)
+        assert split.refs == want.refs and split.declared == want.declared
+        assert [f.message for f in split.findings] == [f.message for f in want.findings]
+        mem.rm(root, recursive=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -25,8 +25,9 @@ from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frame
 from robo_ray.formats.rosbag.messages import extractor
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
 from robo_ray.formats.rosbag.topics import Feature, declare
-from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, check_fps
+from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, ScanTask, check_fps
 from robo_ray.safety import MAX_EPISODES, check_count
+from robo_ray.storage import is_local
 
 METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text", "bag_format": "text"}
 MAX_FINDINGS_LISTED = 20
@@ -81,6 +82,7 @@ class RosbagReader(BaseReader):
                                      or max_skew <= 0):
             raise ConfigError(f"source.options.max_skew: {max_skew!r} is not a positive number of seconds")
         self.stamps, self.on_gap, self.only = stamps, on_gap, list(topics) if topics else None
+        self.scan_threads = 1 if is_local(self.fs) else 4  # remote bags: copied while others are read
         self.max_skew = None if max_skew is None else int(round(max_skew * 1e9))
         paths = self._storage_call("listing", self.root, lambda: list_bags(self.fs, self.root))
         check_count("number of bags", len(paths), MAX_EPISODES)
@@ -185,7 +187,20 @@ class RosbagReader(BaseReader):
                 raise DataCorrupt(f"{where}: no message definition for {f.topic} ({f.msgtype})")
 
     def discover(self) -> Inventory:
-        scans = [self.scan_bag(i, rel) for i, rel in enumerate(self.bags)]
+        return self.merge_scans(self.scan_all(self.scan_tasks()))
+
+    def scan_tasks(self) -> list[ScanTask]:
+        """One task per bag, in episode order (on Ray, many bags are scanned by the workers)."""
+        return [ScanTask(i, (rel,)) for i, rel in enumerate(self.bags)]
+
+    def scan(self, task: ScanTask) -> BagScan:
+        return self.scan_bag(task.index, task.files[0])
+
+    def merge_scans(self, rows: Sequence[BagScan]) -> Inventory:
+        """The inventory from every bag's scan, in `scan_tasks()` order."""
+        scans = list(rows)
+        if [s.rel for s in scans] != self.bags:
+            raise ValueError(f"merge_scans: {len(scans)} scanned bags for {len(self.bags)} tasks")
         refs, findings, tasks = [], [], []
         topics: dict[str, dict[str, Any]] = {}
         for i, s in enumerate(scans):
