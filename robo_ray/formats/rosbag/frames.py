@@ -21,8 +21,9 @@ class TopicCursor:
     at its receive time. The last decoded value is kept (a frame repeated over steps is decoded once)."""
 
     def __init__(self, open_bag: Callable[[], Bag], topic: str, log: np.ndarray, decode: Callable[[Any], Any],
-                 where: str) -> None:
+                 where: str, last: int | None = None) -> None:
         self._open_bag, self.topic, self.log, self.decode, self.where = open_bag, topic, log, decode, where
+        self.last = len(log) - 1 if last is None else last  # the bag is closed once this message is served
         self._bag: Bag | None = None
         self._gen: Iterator[tuple[str, int, Any]] | None = None
         self._pos = 0  # index of the next message the generator yields
@@ -47,7 +48,7 @@ class TopicCursor:
             if k == j:
                 value = self.decode(self._bag.deserialize(raw, self.topic))
                 self._last = (j, value)
-                if j == len(self.log) - 1:
+                if j >= self.last:
                     self.close()
                 return value
 

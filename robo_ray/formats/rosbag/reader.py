@@ -280,8 +280,9 @@ class RosbagReader(BaseReader):
     def _camera(self, f: Feature, data: TopicData, plan: StepPlan, rel: str, where: str) -> Any:
         log = data.arrays()[0]
         decode = extractor(f.msgtype, f.value, f"{where} {f.topic}")
-        cursor = TopicCursor(lambda: self._bag(rel, where), f.topic, log, decode, where)
         idx = plan.sampled[f.topic].index
+        cursor = TopicCursor(lambda: self._bag(rel, where), f.topic, log, decode, where,
+                             int(idx.max()) if len(idx) else None)
         if f.value.kind == "encoded":
             return EncodedFrames(cursor, idx)
         return raw_frames(cursor, idx, f.spec.shape, f.spec.dtype)
