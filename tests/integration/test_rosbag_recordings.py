@@ -283,3 +283,47 @@ def test_bags_on_a_remote_filesystem(made: Callable[[str], Path]) -> None:
         assert split.refs == want.refs and split.declared == want.declared
         assert [f.message for f in split.findings] == [f.message for f in want.findings]
         mem.rm(root, recursive=True)
+
+
+@pytest.mark.timeout(400)
+def test_bags_on_ray_write_the_in_process_bytes(made: Callable[[str], Path], tmp_path: Path) -> None:
+    """`robo-ray run --mode parallel-max --actors 2` (a local Ray instance) over the bags writes the shards the
+    in-process run writes, and `robo-ray validate` passes on them."""
+    from tests.conftest import run_cli
+
+    src = made("rosbag2_mcap")
+    common = ["--fps", "10", "--set", "validate.tfds_readback=false", "--set", "plan.min_shards=3"]
+    shards = []
+    for name, extra in (("inproc", []), ("ray", ["--mode", "parallel-max", "--actors", "2"])):
+        proc = run_cli("run", str(src), str(tmp_path / name), *common, *extra, env={"RAY_AUTH_MODE": "disabled"},
+                       timeout=380)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (version,) = (tmp_path / name).glob("rlds/*/1.0.0")
+        shards.append({p.name: p.read_bytes() for p in sorted(version.glob("*.tfrecord-*"))})
+    assert len(shards[0]) == 3 and shards[0] == shards[1]
+    proc = run_cli("validate", str(tmp_path / "ray"), "--no-tfds", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("options, says", [({"stamps": "sensor"}, "stamps"), ({"on_gap": "drop"}, "on_gap"),
+                                           ({"max_skew": -1}, "max_skew"), ({"clock": "/nope"}, "/nope"),
+                                           ({"fps": 0}, "fps"), ({"skew": 1}, "no option skew")])
+def test_bad_options_are_one_config_error(options: dict[str, Any], says: str, made: Callable[[str], Path]) -> None:
+    from robo_ray.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=says) as info:
+        open_reader(str(made("mcap")), options=options)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("fmt", ["mcap", "rosbag2_sqlite3"])
+def test_one_bag_as_the_source(fmt: str, made: Callable[[str], Path]) -> None:
+    """The URL of one bag (an MCAP file, a rosbag2 folder) is a one-episode source; its siblings are not read."""
+    bag = bags(made(fmt))[1]
+    assert detect_format(str(bag)) == "rosbag"
+    reader = open_reader(str(bag), options={"fps": FPS})
+    inv = reader.discover()
+    assert [(r.data_path, r.length) for r in inv.refs] == [(bag.name, truth(bag)["length"])]
+    ep = reader.load_episode(inv.refs[0])
+    np.testing.assert_array_equal(ep.columns["/arm/command"], truth(bag)["action"])
+    assert reader.exists(inv.refs[0].data_path)

@@ -84,14 +84,12 @@ class RosbagReader(BaseReader):
         self.stamps, self.on_gap, self.only = stamps, on_gap, list(topics) if topics else None
         self.scan_threads = 1 if is_local(self.fs) else 4  # remote bags: copied while others are read
         self.max_skew = None if max_skew is None else int(round(max_skew * 1e9))
-        paths = self._storage_call("listing", self.root, lambda: list_bags(self.fs, self.root))
+        paths = [self._single] if self._single else \
+            self._storage_call("listing", self.root, lambda: list_bags(self.fs, self.root))
         check_count("number of bags", len(paths), MAX_EPISODES)
         if not paths:
             raise SourceFormatError(f"{self.url}: no ROS bags (*.mcap, *.bag, rosbag2 folders)")
-        self._single = paths == [self.root]
-        self.bags = [posixpath.basename(p) if self._single else posixpath.relpath(p, self.root) for p in paths]
-        self._base = posixpath.dirname(self.root) if self._single else self.root
-        self._scans: dict[str, BagScan] = {}
+        self.bags = [posixpath.relpath(p, self.root) for p in paths]
         self.feats, self.language, first_times = self._features()
         self.features = {k: f.spec for k, f in self.feats.items()}
         data = self.data_topics()
@@ -106,12 +104,17 @@ class RosbagReader(BaseReader):
                          f"the median rate of {ref} in {self.bags[0]} (the reference topic)", held=False)
         self.rule = ClockRule(self.fps if ref is None else None, ref, self.max_skew, on_gap)
 
+    def dataset_root(self, path: str) -> str:
+        """The folder of bags; the bag's own folder when the URL names one bag (file or rosbag2 folder)."""
+        self._single = path.rstrip("/") if bag_kind(self.fs, path) else None
+        return posixpath.dirname(self._single) if self._single else path
+
     # ---- features and topics -----------------------------------------------------------------------------------
     def _where(self, i: int, rel: str) -> str:
         return f"bag {rel} (episode {i})"
 
     def _bag(self, rel: str, where: str) -> Bag:
-        return Bag(self.fs, posixpath.join(self._base, rel), where)
+        return Bag(self.fs, posixpath.join(self.root, rel), where)
 
     def _features(self) -> tuple[dict[str, Feature], str | None, dict[str, np.ndarray]]:
         first: EpisodeError | None = None
@@ -149,7 +152,7 @@ class RosbagReader(BaseReader):
     def scan_bag(self, i: int, rel: str) -> BagScan:
         """One bag's topics and steps (every message's times read, only text deserialised)."""
         where = self._where(i, rel)
-        kind = bag_kind(self.fs, posixpath.join(self._base, rel)) or "?"
+        kind = bag_kind(self.fs, posixpath.join(self.root, rel)) or "?"
         scan = BagScan(rel, kind)
         try:
             with self._bag(rel, where) as bag:
@@ -256,7 +259,7 @@ class RosbagReader(BaseReader):
                 values[self.language] = lambda m: str(m.data)
             got = read_topics(bag, [*self.data_topics(), *([self.language] if self.language else [])],
                               self.stamps, values)
-            kind = bag_kind(self.fs, posixpath.join(self._base, rel)) or "?"
+            kind = bag_kind(self.fs, posixpath.join(self.root, rel)) or "?"
         plan = plan_steps({t: got[t].arrays()[1] for t in self.data_topics()}, self.rule, where)
         if plan.error is not None:
             raise plan.error
