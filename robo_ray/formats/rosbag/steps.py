@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from robo_ray.errors import DataCorrupt, DataMissing, EpisodeError
+from robo_ray.errors import DataCorrupt, DataMissing, EpisodeError, EpisodeTooLarge
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, has_header, header_stamp
 from robo_ray.formats.rosbag.errors import GapBeyondSkew, TimeGoesBack
@@ -51,7 +51,7 @@ def read_topics(bag: Bag, topics: list[str], stamps: str, values: dict[str, Call
             if topic in values:
                 data.values.append(values[topic](msg))
         if len(data.log) > MAX_EPISODE_LENGTH:
-            raise DataMissing(f"{bag.where}: {topic} has over {MAX_EPISODE_LENGTH} messages")
+            raise EpisodeTooLarge(f"{bag.where}: {topic} has over {MAX_EPISODE_LENGTH} messages")
     return out
 
 
