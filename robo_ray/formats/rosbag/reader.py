@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from robo_ray.episode import Episode, EpisodeRef, FeatureSpec
+from robo_ray.episode import Episode, EpisodeRef
 from robo_ray.errors import ConfigError, DataCorrupt, DataMissing, EpisodeError, SourceFormatError
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, bag_kind, list_bags
