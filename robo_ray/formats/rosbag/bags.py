@@ -25,15 +25,21 @@ HEADER_TYPE = "std_msgs/msg/Header"
 _NUMBER = re.compile(r"(\d+)")
 
 
-def bag_kind(fs: Any, path: str) -> str | None:
-    """"ros1" (a .bag file), "mcap" (a .mcap file), "rosbag2" (a folder with metadata.yaml), else None."""
-    if path.endswith(ROS1_SUFFIX) and fs.isfile(path):
+def bag_kind(fs: Any, path: str, is_dir: bool | None = None) -> str | None:
+    """"ros1" (a .bag file), "mcap" (a .mcap file), "rosbag2" (a folder with metadata.yaml), else None. `is_dir`
+    when a listing already said (no request to ask again)."""
+    is_dir = fs.isdir(path) if is_dir is None else is_dir
+    if is_dir:
+        return "rosbag2" if fs.isfile(posixpath.join(path, "metadata.yaml")) else None
+    if path.endswith(ROS1_SUFFIX):
         return "ros1"
-    if path.endswith(MCAP_SUFFIX) and fs.isfile(path):
-        return "mcap"
-    if fs.isdir(path) and fs.isfile(posixpath.join(path, "metadata.yaml")):
-        return "rosbag2"
-    return None
+    return "mcap" if path.endswith(MCAP_SUFFIX) else None
+
+
+def entries(fs: Any, root: str, limit: int | None = None) -> list[tuple[str, bool]]:
+    """(path, is a folder) of a folder's entries from one listing."""
+    listed = fs.ls(root, detail=True)[:limit]
+    return [(e["name"].rstrip("/"), e.get("type") == "directory") for e in listed]
 
 
 def _order(path: str) -> list[Any]:
@@ -46,7 +52,7 @@ def list_bags(fs: Any, root: str) -> list[str]:
     order."""
     if bag_kind(fs, root):
         return [root]
-    found = [p for p in fs.ls(root, detail=False) if bag_kind(fs, p)]
+    found = [p for p, is_dir in entries(fs, root) if bag_kind(fs, p, is_dir)]
     return sorted(found, key=_order)
 
 

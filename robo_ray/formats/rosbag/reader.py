@@ -20,7 +20,7 @@ import numpy as np
 from robo_ray.episode import Episode, EpisodeRef
 from robo_ray.errors import ConfigError, DataCorrupt, DataMissing, EpisodeError, SourceFormatError
 from robo_ray.formats.rosbag import clock
-from robo_ray.formats.rosbag.bags import Bag, bag_kind, list_bags
+from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
 from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
 from robo_ray.formats.rosbag.messages import extractor
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
@@ -68,7 +68,7 @@ class RosbagReader(BaseReader):
     def sniff(cls, fs: Any, root: str) -> bool:
         if bag_kind(fs, root):
             return True
-        return fs.isdir(root) and any(bag_kind(fs, p) for p in fs.ls(root, detail=False)[:1000])
+        return fs.isdir(root) and any(bag_kind(fs, p, is_dir) for p, is_dir in entries(fs, root, 1000))
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, fps: float | None = None,
                  clock: str | None = None, max_skew: float | None = None, on_gap: str = "quarantine",
