@@ -28,6 +28,8 @@ REGISTRY: dict[str, str] = {
     "aloha": "robo_ray.formats.aloha.reader:AlohaReader",
     # zarr replay buffers (Diffusion Policy, UMI): a .zgroup with meta/episode_ends/.zarray, or a zip store of one
     "zarr": "robo_ray.formats.zarr_buffer.reader:ZarrBufferReader",
+    # ROS bags: a folder whose entries are *.mcap / *.bag files or rosbag2 folders (metadata.yaml), or one bag
+    "rosbag": "robo_ray.formats.rosbag.reader:RosbagReader",
     "rlds": "robo_ray.formats.rlds.reader:RldsReader",
 }
 # What to install when a reader's module cannot be imported (shown with the ImportError; a format whose
@@ -39,6 +41,7 @@ INSTALL_HINTS: dict[str, str] = {
     "robomimic": "pip install h5py",
     "aloha": "pip install h5py simplejpeg",
     "zarr": "pip install 'zarr>=2.18,<3' numcodecs imagecodecs",
+    "rosbag": "pip install rosbags",
 }
 
 log = logging.getLogger("robo_ray.readers")

@@ -18,11 +18,12 @@ import zarr
 from robo_ray.config import load_config
 from robo_ray.errors import (DataCorrupt, DataMissing, EpisodeDataOutside, EpisodeError, EpisodeTooLarge, RoboRayError,
                              SourceFormatError, UnknownFormat, UnsafeInput)
+from robo_ray.formats.rosbag.errors import GapBeyondSkew, TimeGoesBack
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import detect_format, open_reader
 from robo_ray.stages.pipeline import run_pipeline
 from tests.conftest import require_shared
-from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen, zarr_gen
+from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen, rosbag_gen, zarr_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
 Maker = Callable[[Path], Path]
@@ -79,6 +80,10 @@ CASES: dict[str, tuple[str, Maker]] = {
     "zarr-gen-dp-zip": ("zarr", lambda tmp: zarr_gen.write_dp_zip(tmp / "lift" / "image.hdf5.zarr.zip").parent),
     "zarr-gen-umi-zip": ("zarr", lambda tmp: zarr_gen.write_umi(tmp / "umi" / "replay_buffer.zarr.zip",
                                                                cameras=2).parent),
+    "rosbag-gen-mcap": ("rosbag", lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "mcap")),
+    "rosbag-gen-rosbag2-sqlite3": ("rosbag", lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "rosbag2_sqlite3")),
+    "rosbag-gen-ros1-depth": ("rosbag", lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "ros1",
+                                                                             with_depth=True)),
 }
 
 
@@ -336,6 +341,14 @@ BAD: dict[str, tuple[str, Callable[[Path], None], str, type[RoboRayError]]] = {
     "aloha-huge-camera": ("aloha-gen-sim-raw", _aloha("episode_2.hdf5", lambda f: _replace(
         f["observations/images"], "top", dict(shape=(10, 60000, 60000, 3), dtype="uint8", chunks=(1, 8, 8, 3)))),
         "load", EpisodeTooLarge),
+    "rosbag-missing-definition": ("rosbag-gen-mcap", lambda r: rosbag_gen.rewrite(
+        r, 1, msgdefs=rosbag_gen.without_definition("/cam_side/image_raw/compressed")), "load", DataCorrupt),
+    "rosbag-time-goes-back": ("rosbag-gen-mcap", lambda r: rosbag_gen.rewrite(
+        r, 2, messages=lambda m: rosbag_gen.stamps_going_back(m, "/joint_states")), "load", TimeGoesBack),
+    "rosbag-truncated": ("rosbag-gen-rosbag2-sqlite3", _truncate("episode_1/episode_1.db3", 0.5), "load",
+                         DataCorrupt),
+    "rosbag-gap-beyond-skew": ("rosbag-gen-mcap", lambda r: rosbag_gen.rewrite(
+        r, 0, messages=lambda m: rosbag_gen.drop_frames(m, "/cam_wrist/image_raw", 5, 5)), "load", GapBeyondSkew),
     "ortf-unknown-version": ("ortf-gen-native", _edit_json("meta/manifest.json", lambda d: {
         **d, "ortf_version": "1.0"}), "open", UnknownFormat),
     "ortf-no-episodes-index": ("ortf-gen-native", _unlink("meta/episodes.parquet"), "open", SourceFormatError),

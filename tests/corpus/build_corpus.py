@@ -52,7 +52,7 @@ class Case:
     """One broken dataset and what `robo-ray run` must make of it."""
 
     name: str
-    base: str  # "v2.1" | "v3.0" | "minari" | "robomimic" | "aloha" | "zarr" | "umi": the valid fixture it starts from
+    base: str  # "v2.1" | "v3.0" | "minari" | "robomimic" | "aloha" | "zarr" | "umi" | "rosbag": the valid fixture
     what: str  # what is broken, in words
     outcome: str  # "quarantine" | "refuse" | "ok"
     code: str  # the stable code on stderr (EPxxx for quarantines, RRxxx for refusals); "" for "ok"
@@ -450,6 +450,24 @@ def _umi_jpegxl_noise(root: Path, outside: Path) -> None:
 
 
 # ---- the table ------------------------------------------------------------------------------------------------
+def _rosbag_no_definition(root: Path, outside: Path) -> None:
+    from tests.fixtures import rosbag_gen
+
+    rosbag_gen.rewrite(root, 1, msgdefs=rosbag_gen.without_definition("/cam_side/image_raw/compressed"))
+
+
+def _rosbag_time_back(root: Path, outside: Path) -> None:
+    from tests.fixtures import rosbag_gen
+
+    rosbag_gen.rewrite(root, 2, messages=lambda m: rosbag_gen.stamps_going_back(m, "/joint_states"))
+
+
+def _rosbag_gap(root: Path, outside: Path) -> None:
+    from tests.fixtures import rosbag_gen
+
+    rosbag_gen.rewrite(root, 0, messages=lambda m: rosbag_gen.drop_frames(m, "/cam_wrist/image_raw", 5, 5))
+
+
 def _q(name: str, base: str, what: str, code: str, episodes: tuple[int, ...], names: tuple[str, ...],
        exit_code: int = 3, args: tuple[str, ...] = FAST) -> Case:
     return Case(name, base, what, "quarantine", code, exit_code, episodes, names, args)
@@ -549,6 +567,14 @@ CASES: list[Case] = [
        (PUSHT_STORE, "data/img/6.0.0.0")),
     _q("umi_jpegxl_chunk_noise", "umi", "one JPEG-XL frame of episode 1 in the zip store is noise", "EP202", (1,),
        (UMI_STORE, "camera0_rgb")),
+    _q("rosbag_missing_definition", "rosbag", "episode_1.mcap stores /cam_side/image_raw/compressed's schema with "
+       "an empty message definition", "EP202", (1,), ("episode_1.mcap", "no message definition")),
+    _q("rosbag_time_goes_back", "rosbag", "episode_2.mcap: a /joint_states header stamp 100 ms before the one it "
+       "follows", "EP209", (2,), ("episode_2.mcap", "/joint_states", "go back")),
+    _q("rosbag_truncated", "rosbag", "episode_3.mcap cut to 60% of its bytes", "EP202", (3,),
+       ("episode_3.mcap", "not a readable bag")),
+    _q("rosbag_gap_beyond_skew", "rosbag", "episode_0.mcap: /cam_wrist/image_raw stalls for 5 frames (0.6 s at "
+       "10 Hz; the default skew is 2 intervals)", "EP208", (0,), ("episode_0.mcap", "/cam_wrist/image_raw")),
 ]
 
 MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
@@ -599,6 +625,10 @@ MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
     "zarr_huge_shape": _zarr_huge_shape,
     "zarr_missing_chunk": _zarr_missing_chunk,
     "umi_jpegxl_chunk_noise": _umi_jpegxl_noise,
+    "rosbag_missing_definition": _rosbag_no_definition,
+    "rosbag_time_goes_back": _rosbag_time_back,
+    "rosbag_truncated": _cut("episode_3.mcap"),
+    "rosbag_gap_beyond_skew": _rosbag_gap,
 }
 CASES_BY_NAME = {c.name: c for c in CASES}
 assert set(MUTATIONS) == set(CASES_BY_NAME), "every case needs a mutation"
@@ -609,7 +639,7 @@ def bases_in(base_dir: Path) -> dict[str, Path]:
     """The valid fixtures the cases start from, by `Case.base`."""
     return {"v2.1": base_dir / "v2.1", "v3.0": base_dir / "v3.0", "minari": base_dir / "minari" / MINARI_ID,
             "robomimic": base_dir / "robomimic", "aloha": base_dir / "aloha", "zarr": base_dir / "zarr",
-            "umi": base_dir / "umi"}
+            "umi": base_dir / "umi", "rosbag": base_dir / "rosbag"}
 
 
 def _build_bases(base_dir: Path) -> dict[str, Path]:
@@ -627,6 +657,9 @@ def _build_bases(base_dir: Path) -> dict[str, Path]:
 
     write_pusht(bases["zarr"] / PUSHT_STORE, tuple(LENGTHS), (48, 64))
     write_umi(bases["umi"] / UMI_STORE, tuple(LENGTHS), (48, 64))
+    from tests.fixtures import rosbag_gen
+
+    rosbag_gen.write_dataset(bases["rosbag"], "mcap", episodes=4)
 
     old = os.environ.get("MINARI_DATASETS_PATH")
     try:

@@ -1,8 +1,9 @@
 """One frame-rate rule for every reader (issue #27 part 7): the rate the source records where it holds one (LeRobot
 info.json, ORTF manifest, RLDS metadata.json, robomimic env_args control_freq), else `--fps`, else what the
-recorder is known to run at (ALOHA / ACT: 50 fps), else none (warning F101). Checked for every reader x every
-target that stores a rate (LeRobot v3.0: info.json fps; ORTF: the manifest), by reading each output back. Zarr
-replay buffers hold no rate: UMI's layout steps at its GoPro's 59.94 fps, any other buffer needs --fps."""
+recorder is known to run at (ALOHA / ACT: 50 fps; ROS bags: the reference topic's median rate), else none (warning
+F101). Checked for every reader x every target that stores a rate (LeRobot v3.0: info.json fps; ORTF: the
+manifest), by reading each output back. Zarr replay buffers hold no rate: UMI's layout steps at its GoPro's 59.94
+fps, any other buffer needs --fps."""
 from __future__ import annotations
 
 import warnings
@@ -14,7 +15,7 @@ import pytest
 from robo_ray.config import load_config
 from robo_ray.readers import open_reader
 from robo_ray.stages.pipeline import run_pipeline
-from tests.fixtures import aloha_gen, minari_gen, robomimic_gen, zarr_gen
+from tests.fixtures import aloha_gen, minari_gen, robomimic_gen, rosbag_gen, zarr_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
 GIVEN = 7.0
@@ -55,6 +56,8 @@ SOURCES: dict[str, tuple[Callable[[Path], Path], float | None, float]] = {
     "aloha": (lambda tmp: aloha_gen.write_dataset(tmp / "aloha", (5, 4), hw=(32, 48)), None, 50.0),
     "zarr-umi": (lambda tmp: zarr_gen.write_umi(tmp / "umi" / "replay_buffer.zarr.zip", (5, 4)), None, 59.94),
     "zarr-dp": (lambda tmp: zarr_gen.write_dp_zip(tmp / "dp" / "task.hdf5.zarr.zip", (5, 4)), None, 0.0),
+    # bags record no rate: the reference topic's (the first camera's) median rate, or --fps (then its clock)
+    "rosbag": (lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "mcap", episodes=2), None, 10.0),
 }
 
 

@@ -1,0 +1,167 @@
+"""ROS message types -> what they hold for a dataset: the value a topic gives per step (numbers, an image, text),
+its per-step shape, and the role a type suggests. Decoding follows the encodings ROS uses: sensor_msgs/Image
+`rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, `16UC1` / `mono16` (depth, uint16); CompressedImage JPEG or PNG
+bytes (passed on undecoded; `compressedDepth` is not read)."""
+from __future__ import annotations
+
+import dataclasses
+import io
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from robo_ray.errors import DataCorrupt
+from robo_ray.safety import MAX_DIM, MAX_ELEMENTS_PER_STEP
+
+JOINT_STATE = "sensor_msgs/msg/JointState"
+IMAGE = "sensor_msgs/msg/Image"
+COMPRESSED = "sensor_msgs/msg/CompressedImage"
+STRING = "std_msgs/msg/String"
+SKIPPED_TYPES = {"std_msgs/msg/Header", "std_msgs/msg/MultiArrayLayout"}
+# encoding -> (channels, dtype, channel order reversed, alpha dropped)
+ENCODINGS: dict[str, tuple[int, str, bool, bool]] = {
+    "rgb8": (3, "uint8", False, False), "bgr8": (3, "uint8", True, False),
+    "rgba8": (4, "uint8", False, True), "bgra8": (4, "uint8", True, True),
+    "mono8": (1, "uint8", False, False), "8UC1": (1, "uint8", False, False),
+    "mono16": (1, "uint16", False, False), "16UC1": (1, "uint16", False, False),
+}
+
+
+@dataclass(frozen=True)
+class TopicValue:
+    """What one feature takes from a topic's messages: `kind` "tensor" / "image" / "encoded" / "string", the
+    per-step shape and dtype, `part` (JointState: position / velocity / effort), `names` (per component)."""
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    part: str = ""
+    names: tuple[str, ...] | None = None
+
+
+def numeric_leaves(msg: Any, prefix: str = "") -> list[tuple[str, np.ndarray]]:
+    """(dotted name, values) of every number in a message, depth first, headers and MultiArray layouts left
+    out; strings and sequences of messages have no fixed numeric form and are left out too."""
+    out: list[tuple[str, np.ndarray]] = []
+    for f in dataclasses.fields(msg):
+        if f.name.startswith("__"):
+            continue
+        value = getattr(msg, f.name)
+        name = f"{prefix}{f.name}"
+        if getattr(value, "__msgtype__", None) in SKIPPED_TYPES:
+            continue
+        if isinstance(value, (bool, int, float, np.number)):
+            out.append((name, np.asarray([value], dtype=np.float64)))
+        elif isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            out.append((name, value.astype(np.float64).ravel()))
+        elif hasattr(value, "__msgtype__"):
+            out.extend(numeric_leaves(value, name + "."))
+    return out
+
+
+def tensor_values(msg: Any, msgtype: str, part: str = "") -> np.ndarray:
+    """The numbers one message gives (float64): a JointState's `part`, else every numeric leaf."""
+    if msgtype == JOINT_STATE:
+        return np.asarray(getattr(msg, part or "position"), dtype=np.float64).ravel()
+    leaves = numeric_leaves(msg)
+    return np.concatenate([v for _, v in leaves]) if leaves else np.zeros(0)
+
+
+def leaf_names(msg: Any) -> tuple[str, ...]:
+    """A name per component of `tensor_values` (field paths, indexed where a field holds several)."""
+    names: list[str] = []
+    for name, v in numeric_leaves(msg):
+        names.extend([name] if len(v) == 1 else [f"{name}[{i}]" for i in range(len(v))])
+    return tuple(names)
+
+
+def image_array(msg: Any, where: str) -> np.ndarray:
+    """A sensor_msgs/Image as an HxWxC array in RGB order (uint8), or HxWx1 uint16 (16UC1 / mono16); the sizes are
+    checked against the data before it is viewed."""
+    enc = ENCODINGS.get(msg.encoding)
+    if enc is None:
+        raise DataCorrupt(f"{where}: image encoding {msg.encoding!r} is not read (one of {', '.join(ENCODINGS)})")
+    ch, dtype, reverse, alpha = enc
+    h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    item = np.dtype(dtype).itemsize
+    data = msg.data
+    if not (0 < h <= MAX_DIM and 0 < w <= MAX_DIM) or step < w * ch * item or len(data) < step * h:
+        raise DataCorrupt(f"{where}: image {w}x{h} {msg.encoding} with step {step} does not fit its "
+                          f"{len(data)} bytes")
+    rows = np.frombuffer(data, np.uint8, count=step * h).reshape(h, step)[:, :w * ch * item]
+    arr = rows.view(np.dtype(dtype).newbyteorder(">" if msg.is_bigendian else "<")).reshape(h, w, ch)
+    if alpha:
+        arr = arr[..., :3]
+    if reverse:
+        arr = arr[..., ::-1]
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def encoded_image(msg: Any, where: str) -> bytes:
+    """A CompressedImage's JPEG or PNG bytes (as image_transport wrote them; decoders give RGB)."""
+    data = bytes(msg.data)
+    if data[:3] != b"\xff\xd8\xff" and data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise DataCorrupt(f"{where}: compressed image ({msg.format!r}) is neither JPEG nor PNG")
+    return data
+
+
+def encoded_shape(data: bytes, where: str) -> tuple[int, int, int]:
+    """(H, W, C) of JPEG / PNG bytes from their header: C 1 for grey, else 3."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            w, h, mode = im.width, im.height, im.mode
+    except Exception as exc:  # noqa: BLE001 - PIL raises many kinds on bad data
+        raise DataCorrupt(f"{where}: compressed image unreadable ({exc})") from exc
+    return h, w, 1 if mode in ("L", "1") else 3
+
+
+def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
+    """The features one topic gives, from its first message ([] when none: text outside a task topic is handled
+    by the reader, messages without numbers give nothing)."""
+    if msgtype == IMAGE:
+        arr = image_array(msg, where)
+        return [TopicValue("image", tuple(arr.shape), str(arr.dtype))]
+    if msgtype == COMPRESSED:
+        if "compressedDepth" in msg.format:
+            return []
+        return [TopicValue("encoded", encoded_shape(encoded_image(msg, where), where), "uint8")]
+    if msgtype == STRING:
+        return [TopicValue("string", (), "string")]
+    if msgtype == JOINT_STATE:
+        out = []
+        names = tuple(str(n) for n in msg.name)
+        for part in ("position", "velocity", "effort"):
+            n = len(getattr(msg, part))
+            if n:
+                out.append(TopicValue("tensor", (n,), "float64", part, names if len(names) == n else None))
+        return out
+    n = len(tensor_values(msg, msgtype))
+    if not n or n > MAX_ELEMENTS_PER_STEP:
+        return []
+    return [TopicValue("tensor", (n,), "float64", names=leaf_names(msg))]
+
+
+def extractor(msgtype: str, value: TopicValue, where: str) -> Callable[[Any], Any]:
+    """A function of a deserialised message -> the feature's value for one step, checked against its shape."""
+    if value.kind == "image":
+        def image(msg: Any) -> np.ndarray:
+            arr = image_array(msg, where)
+            if arr.shape != value.shape or str(arr.dtype) != value.dtype:
+                raise DataCorrupt(f"{where}: an image is {arr.shape} {arr.dtype}, the topic's first was "
+                                  f"{value.shape} {value.dtype}")
+            return arr
+        return image
+    if value.kind == "encoded":
+        return lambda msg: encoded_image(msg, where)
+    if value.kind == "string":
+        return lambda msg: str(msg.data)
+
+    def tensor(msg: Any) -> np.ndarray:
+        v = tensor_values(msg, msgtype, value.part)
+        if v.shape != value.shape:
+            raise DataCorrupt(f"{where}: a message has {len(v)} values, the topic's first had {value.shape[0]}")
+        return v
+    return tensor

@@ -1,0 +1,311 @@
+"""ROS bag reader: a folder of bags, one per episode (an MCAP file, a rosbag2 folder with metadata.yaml and its
+.db3 / .mcap files, or a ROS 1 .bag), or one bag. Read with `rosbags` (its typestore deserialises CDR and ROS 1
+messages from the definitions the bag carries).
+
+Steps come from a documented clock (robo_ray/formats/rosbag/clock.py): `fps` ticks, or the messages of a reference
+topic (`clock`; by default the first camera, else the state, else the first data topic, at its median rate), every
+data topic sampled as-of each tick within `max_skew`; `on_gap` quarantine / hold; `stamps` header (a message's
+header stamp where its type has one, else its receive time) or log (receive times). Features come from the first
+bag that opens (topics.py); every bag is scanned by Discover (topic counts, rates, gaps, the steps), and an episode
+whose bag is unreadable, lacks a mapped topic or breaks the clock rule is quarantined alone with its reason.
+"""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from robo_ray.episode import Episode, EpisodeRef
+from robo_ray.errors import ConfigError, DataCorrupt, DataMissing, EpisodeError, SourceFormatError
+from robo_ray.formats.rosbag import clock
+from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
+from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
+from robo_ray.formats.rosbag.messages import extractor
+from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
+from robo_ray.formats.rosbag.topics import Feature, declare
+from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, ScanTask, check_fps
+from robo_ray.safety import MAX_EPISODES, check_count
+from robo_ray.storage import is_local
+
+METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text", "bag_format": "text"}
+MAX_FINDINGS_LISTED = 20
+
+
+def _rate(period: int | None) -> float:
+    """A median interval as a rate: a whole number when within 2% of one (29.97 Hz stays 29.97)."""
+    if not period:
+        return 0.0
+    r = 1e9 / period
+    return float(round(r)) if abs(r - round(r)) <= 0.02 * r else round(r, 3)
+
+
+@dataclass
+class BagScan:
+    """What Discover keeps of one bag: per topic (type, count, rate, gaps, largest interval), the steps, the
+    language texts, the rule's counts and the error that quarantines the episode."""
+
+    rel: str
+    kind: str
+    length: int = 0
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    texts: list[str] = field(default_factory=list)
+    filled: dict[str, int] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+    code: str = ""
+
+
+class RosbagReader(BaseReader):
+    """Reads ROS bags (MCAP, rosbag2 SQLite3 / MCAP, ROS 1) from any fsspec URL (remote bags are copied locally)."""
+
+    format_name = "rosbag"
+    sniff_hint: ClassVar[str] = "ROS bags (*.mcap, *.bag, rosbag2 folders with metadata.yaml)"
+    sniff_file_hint: ClassVar[str | None] = "a ROS bag (.mcap, .bag)"
+
+    @classmethod
+    def sniff(cls, fs: Any, root: str) -> bool:
+        if bag_kind(fs, root):
+            return True
+        return fs.isdir(root) and any(bag_kind(fs, p, is_dir) for p, is_dir in entries(fs, root, 1000))
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, fps: float | None = None,
+                 clock: str | None = None, max_skew: float | None = None, on_gap: str = "quarantine",
+                 stamps: str = "header", topics: list[str] | None = None) -> None:
+        super().__init__(url, storage_options)
+        if stamps not in ("header", "log"):
+            raise ConfigError(f"source.options.stamps: {stamps!r} is not header or log")
+        if on_gap not in ("quarantine", "hold"):
+            raise ConfigError(f"source.options.on_gap: {on_gap!r} is not quarantine or hold")
+        if max_skew is not None and (isinstance(max_skew, bool) or not isinstance(max_skew, (int, float))
+                                     or max_skew <= 0):
+            raise ConfigError(f"source.options.max_skew: {max_skew!r} is not a positive number of seconds")
+        self.stamps, self.on_gap, self.only = stamps, on_gap, list(topics) if topics else None
+        self.scan_threads = 1 if is_local(self.fs) else 4  # remote bags: copied while others are read
+        self.max_skew = None if max_skew is None else int(round(max_skew * 1e9))
+        paths = [self._single] if self._single else \
+            self._storage_call("listing", self.root, lambda: list_bags(self.fs, self.root))
+        check_count("number of bags", len(paths), MAX_EPISODES)
+        if not paths:
+            raise SourceFormatError(f"{self.url}: no ROS bags (*.mcap, *.bag, rosbag2 folders)")
+        self.bags = [posixpath.relpath(p, self.root) for p in paths]
+        self.feats, self.language, first_times = self._features()
+        self.features = {k: f.spec for k, f in self.feats.items()}
+        data = self.data_topics()
+        if clock is not None and clock not in data:
+            raise ConfigError(f"source.options.clock: {clock!r} is not one of the mapped topics "
+                              f"({', '.join(data)})")
+        ref = clock if clock is not None or fps is not None else self._default_reference()
+        if fps is not None:
+            self.set_fps(check_fps(fps, "source.options.fps"), "--fps", held=False)
+        elif ref is not None:
+            self.set_fps(_rate(clock_period(first_times.get(ref))),
+                         f"the median rate of {ref} in {self.bags[0]} (the reference topic)", held=False)
+        self.rule = ClockRule(self.fps if ref is None else None, ref, self.max_skew, on_gap)
+
+    def dataset_root(self, path: str) -> str:
+        """The folder of bags; the bag's own folder when the URL names one bag (file or rosbag2 folder)."""
+        self._single = path.rstrip("/") if bag_kind(self.fs, path) else None
+        return posixpath.dirname(self._single) if self._single else path
+
+    # ---- features and topics -----------------------------------------------------------------------------------
+    def _where(self, i: int, rel: str) -> str:
+        return f"bag {rel} (episode {i})"
+
+    def _bag(self, rel: str, where: str) -> Bag:
+        return Bag(self.fs, posixpath.join(self.root, rel), where)
+
+    def _features(self) -> tuple[dict[str, Feature], str | None, dict[str, np.ndarray]]:
+        first: EpisodeError | None = None
+        for i, rel in enumerate(self.bags[:3]):
+            where = self._where(i, rel)
+            try:
+                with self._bag(rel, where) as bag:
+                    topics = [t for t in bag.connections if (self.only is None or t in self.only)
+                              and bag.defined(t)]
+                    got = read_topics(bag, topics, self.stamps, {}, first_of=set(topics))
+            except EpisodeError as exc:
+                first = first or exc
+                continue
+            firsts = {t: (bag.msgtype(t), d.first) for t, d in got.items() if d.first is not None}
+            feats, language = declare(firsts, where)
+            if not feats:
+                raise SourceFormatError(f"{where}: no topic with data robo-ray reads (JointState, images, numeric "
+                                        f"messages); topics: {', '.join(sorted(bag.connections))}")
+            return feats, language, {t: d.arrays()[1] for t, d in got.items()}
+        assert first is not None
+        raise SourceFormatError(f"{first} (the first bags cannot be read)")
+
+    def data_topics(self) -> list[str]:
+        """The topics the steps are made from (every mapped feature's), in feature order."""
+        return list(dict.fromkeys(f.topic for f in self.feats.values()))
+
+    def _default_reference(self) -> str | None:
+        for role in ("camera", "depth", "state"):
+            for f in self.feats.values():
+                if f.spec.role == role:
+                    return f.topic
+        return self.data_topics()[0]
+
+    # ---- discover ----------------------------------------------------------------------------------------------
+    def scan_bag(self, i: int, rel: str) -> BagScan:
+        """One bag's topics and steps (every message's times read, only text deserialised)."""
+        where = self._where(i, rel)
+        kind = bag_kind(self.fs, posixpath.join(self.root, rel)) or "?"
+        scan = BagScan(rel, kind)
+        try:
+            with self._bag(rel, where) as bag:
+                self._check_topics(bag, where)
+                lang = {self.language: lambda m: str(m.data)} if self.language in bag.connections else {}
+                got = read_topics(bag, list(bag.connections), self.stamps, lang)
+                for topic, d in got.items():
+                    t = d.arrays()[1]
+                    period = clock.nominal_period(t)
+                    diffs = np.diff(t)
+                    scan.topics[topic] = {"type": bag.msgtype(topic), "count": len(t), "rate_hz": _rate(period),
+                                          "gaps": len(clock.gaps(t, period)),
+                                          "max_interval_s": float(diffs.max()) / 1e9 if len(diffs) else 0.0,
+                                          "stamps": "header" if d.stamped else "log"}
+                if self.language in got:
+                    scan.texts = list(dict.fromkeys(got[self.language].values))
+        except EpisodeError as exc:
+            scan.error, scan.code = str(exc), exc.code
+            return scan
+        plan = plan_steps({t: got[t].arrays()[1] for t in self.data_topics()}, self.rule, where)
+        if plan.error is not None:
+            scan.error, scan.code = str(plan.error), plan.error.code
+        scan.length = plan.length
+        scan.filled = {t: s.filled for t, s in plan.sampled.items() if s.filled}
+        scan.held = {t: s.held for t, s in plan.sampled.items() if s.held}
+        return scan
+
+    def _check_topics(self, bag: Bag, where: str) -> None:
+        for f in self.feats.values():
+            if f.topic not in bag.connections:
+                raise DataMissing(f"{where}: no {f.topic} topic")
+            if bag.msgtype(f.topic) != f.msgtype:
+                raise DataCorrupt(f"{where}: {f.topic} is {bag.msgtype(f.topic)}, the first bag's is {f.msgtype}")
+            if not bag.defined(f.topic):
+                raise DataCorrupt(f"{where}: no message definition for {f.topic} ({f.msgtype})")
+
+    def discover(self) -> Inventory:
+        return self.merge_scans(self.scan_all(self.scan_tasks()))
+
+    def scan_tasks(self) -> list[ScanTask]:
+        """One task per bag, in episode order (on Ray, many bags are scanned by the workers)."""
+        return [ScanTask(i, (rel,)) for i, rel in enumerate(self.bags)]
+
+    def scan(self, task: ScanTask) -> BagScan:
+        return self.scan_bag(task.index, task.files[0])
+
+    def merge_scans(self, rows: Sequence[BagScan]) -> Inventory:
+        """The inventory from every bag's scan, in `scan_tasks()` order."""
+        scans = list(rows)
+        if [s.rel for s in scans] != self.bags:
+            raise ValueError(f"merge_scans: {len(scans)} scanned bags for {len(self.bags)} tasks")
+        refs, findings, tasks = [], [], []
+        topics: dict[str, dict[str, Any]] = {}
+        for i, s in enumerate(scans):
+            where = self._where(i, s.rel)
+            if s.error:
+                findings.append(Finding("warning", "RB101", f"{s.error}; episode {i} will be quarantined"))
+            for topic, n in s.filled.items():
+                findings.append(Finding("warning", "RB102", f"{where}: {topic}: {n} step(s) take the previous "
+                                        "message (a dropped message, within the maximum skew)", 0, n))
+            for topic, n in s.held.items():
+                findings.append(Finding("warning", "RB103", f"{where}: {topic}: {n} step(s) beyond the maximum "
+                                        "skew keep the previous message (on_gap=hold)", 0, n))
+            for topic, info in s.topics.items():
+                agg = topics.setdefault(topic, {"type": info["type"], "count": 0, "gaps": 0, "rates_hz": [],
+                                                "stamps": info["stamps"]})
+                agg["count"] += info["count"]
+                agg["gaps"] += info["gaps"]
+                agg["rates_hz"].append(info["rate_hz"])
+            lang = s.texts[-1] if s.texts else ""
+            if lang and lang not in tasks:
+                tasks.append(lang)
+            refs.append(EpisodeRef(i, s.length, s.rel, tasks=(lang,) if lang else (),
+                                   source_id=posixpath.basename(s.rel.rstrip("/"))))
+        for topic, agg in topics.items():
+            rates = agg.pop("rates_hz")
+            agg["rate_hz"] = float(np.median(rates)) if rates else 0.0
+            agg["mapped"] = topic in self.data_topics() or topic == self.language
+            if agg["gaps"] and agg["mapped"]:
+                findings.append(Finding("warning", "RB104", f"{topic} ({agg['type']}, {agg['rate_hz']:g} Hz): "
+                                        f"{agg['gaps']} gap(s) over 1.5 median intervals across the bags",
+                                        0, agg["gaps"]))
+        name = posixpath.splitext(self.bags[0])[0] if self._single else posixpath.basename(self.root)
+        declared = {"bags": self.bags[:100], "topics": topics, "clock": self.rule.describe(),
+                    "stamps": self.stamps, "language_topic": self.language, "fps_source": self.fps_source}
+        inv = Inventory(dataset_name=name or "rosbag", dataset_root=self.url, source_format="rosbag",
+                        source_version=",".join(sorted({s.kind for s in scans})), episodes_count=len(refs),
+                        total_steps=sum(r.length for r in refs), features=self.features, refs=refs, fps=self.fps,
+                        tasks=tasks, declared=declared, metadata_types=dict(METADATA),
+                        language_source="task" if self.language else "", step_storage="bag")
+        inv.findings = findings[:MAX_FINDINGS_LISTED] + self.fps_findings()
+        return inv
+
+    # ---- load one episode --------------------------------------------------------------------------------------
+    def load_episode(self, ref: EpisodeRef) -> Episode:
+        rel = ref.data_path
+        where = self._where(ref.episode_index, rel)
+        cams = {k: f for k, f in self.feats.items() if f.spec.kind == "image"}
+        with self._bag(rel, where) as bag:
+            self._check_topics(bag, where)
+            values = {f.topic: _multi(self.feats, f.topic, where) for f in self.feats.values()
+                      if f.spec.kind == "tensor"}
+            if self.language in bag.connections:
+                values[self.language] = lambda m: str(m.data)
+            got = read_topics(bag, [*self.data_topics(), *([self.language] if self.language else [])],
+                              self.stamps, values)
+            kind = bag_kind(self.fs, posixpath.join(self.root, rel)) or "?"
+        plan = plan_steps({t: got[t].arrays()[1] for t in self.data_topics()}, self.rule, where)
+        if plan.error is not None:
+            raise plan.error
+        steps = plan.length
+        if steps != ref.length:
+            raise DataCorrupt(f"{where}: {steps} steps now, {ref.length} when discovered (the bag changed)")
+        ep = Episode(ref=ref, length=steps)
+        for key, f in self.feats.items():
+            if f.spec.kind != "tensor":
+                continue
+            idx = plan.sampled[f.topic].index
+            part = f.value.part or ""
+            rows = [got[f.topic].values[j][part] for j in idx]
+            ep.columns[key] = np.stack(rows) if rows else np.zeros((0, *f.spec.shape))
+        for key, f in cams.items():
+            ep.images[key] = self._camera(f, got[f.topic], plan, rel, where)
+        ep.step_tasks = self._language(got.get(self.language) if self.language else None, plan)
+        ep.metadata = {"episode_id": ref.episode_index, "file_path": rel, "bag_format": kind}
+        return ep
+
+    def _camera(self, f: Feature, data: TopicData, plan: StepPlan, rel: str, where: str) -> Any:
+        log = data.arrays()[0]
+        decode = extractor(f.msgtype, f.value, f"{where} {f.topic}")
+        idx = plan.sampled[f.topic].index
+        cursor = TopicCursor(lambda: self._bag(rel, where), f.topic, log, decode, where,
+                             int(idx.max()) if len(idx) else None)
+        if f.value.kind == "encoded":
+            return EncodedFrames(cursor, idx)
+        return raw_frames(cursor, idx, f.spec.shape, f.spec.dtype)
+
+    @staticmethod
+    def _language(data: TopicData | None, plan: StepPlan) -> list[str]:
+        """Each step's text: the language topic's latest message at or before the step (its first before it)."""
+        n = plan.length
+        if data is None or not data.values:
+            return [""] * n
+        idx = np.clip(np.searchsorted(data.arrays()[1], plan.ticks, side="right") - 1, 0, None)
+        return [data.values[j] for j in idx]
+
+
+def clock_period(times: np.ndarray | None) -> int | None:
+    return None if times is None else clock.nominal_period(times)
+
+
+def _multi(feats: dict[str, Feature], topic: str, where: str) -> Any:
+    """One deserialisation per message for every feature of its topic: {part: values}."""
+    parts = {f.value.part or "": extractor(f.msgtype, f.value, f"{where} {topic}") for f in feats.values()
+             if f.topic == topic and f.spec.kind == "tensor"}
+    return lambda msg: {p: fn(msg) for p, fn in parts.items()}

@@ -1,0 +1,116 @@
+"""ROS messages as robo-ray reads them, built with rosbags' own types and serialisers: the image encodings ROS uses
+(pixels checked against the array the message was made from), CompressedImage JPEG / PNG, header stamps read from
+the raw CDR and ROS 1 bytes, and the clock rule's counts on hand-made message times."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image
+from rosbags.typesys import Stores, get_typestore
+
+from robo_ray.errors import DataCorrupt
+from robo_ray.formats.rosbag import clock
+from robo_ray.formats.rosbag.bags import header_stamp
+from robo_ray.formats.rosbag.messages import describe, encoded_image, image_array, tensor_values
+from tests.fixtures.rosbag_gen import build
+
+TS2 = get_typestore(Stores.ROS2_HUMBLE)
+TS1 = get_typestore(Stores.ROS1_NOETIC)
+RGB = np.random.default_rng(0).integers(0, 256, (4, 5, 3), dtype=np.uint8)
+
+
+def _image(data: np.ndarray, encoding: str, step: int | None = None, big: bool = False) -> object:
+    h, w = data.shape[:2]
+    raw = data.tobytes()
+    row = len(raw) // h
+    step = step or row
+    padded = b"".join(raw[i * row:(i + 1) * row] + b"\0" * (step - row) for i in range(h))
+    return build(TS2, "sensor_msgs/msg/Image", {"height": h, "width": w, "encoding": encoding, "step": step,
+                                                "is_bigendian": int(big), "data": np.frombuffer(padded, np.uint8)})
+
+
+@pytest.mark.parametrize("encoding, stored", [
+    ("rgb8", RGB), ("bgr8", RGB[..., ::-1]), ("rgba8", np.dstack([RGB, np.full((4, 5), 7, np.uint8)])),
+    ("bgra8", np.dstack([RGB[..., ::-1], np.full((4, 5), 7, np.uint8)]))])
+def test_colour_encodings_give_rgb(encoding: str, stored: np.ndarray) -> None:
+    msg = _image(np.ascontiguousarray(stored), encoding, step=stored.shape[1] * stored.shape[2] + 3)
+    got = image_array(msg, "bag x")
+    np.testing.assert_array_equal(got, RGB)
+    assert describe("sensor_msgs/msg/Image", msg, "bag x")[0].shape == (4, 5, 3)
+
+
+def test_grey_and_depth_encodings() -> None:
+    grey = RGB[..., 0]
+    np.testing.assert_array_equal(image_array(_image(grey, "mono8"), "bag x")[..., 0], grey)
+    depth = (np.arange(20, dtype=np.uint16).reshape(4, 5) * 3001)
+    for big in (False, True):
+        stored = depth.astype(">u2" if big else "<u2")
+        got = image_array(_image(stored, "16UC1", big=big), "bag x")
+        assert got.dtype == np.uint16 and got.shape == (4, 5, 1)
+        np.testing.assert_array_equal(got[..., 0], depth)
+
+
+def test_bad_images_are_the_episodes_error() -> None:
+    with pytest.raises(DataCorrupt, match="encoding '32FC1'"):
+        image_array(_image(RGB, "32FC1"), "bag x")
+    short = build(TS2, "sensor_msgs/msg/Image", {"height": 400, "width": 500, "encoding": "rgb8", "step": 1500,
+                                                 "data": np.zeros(10, np.uint8)})
+    with pytest.raises(DataCorrupt, match="does not fit"):
+        image_array(short, "bag x")
+
+
+def test_compressed_images_pass_as_their_bytes() -> None:
+    png = io.BytesIO()
+    Image.fromarray(RGB).save(png, format="PNG")
+    for data, shape in ((simplejpeg.encode_jpeg(RGB), (4, 5, 3)), (png.getvalue(), (4, 5, 3))):
+        msg = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "rgb8; x compressed bgr8",
+                                                             "data": np.frombuffer(data, np.uint8)})
+        assert encoded_image(msg, "bag x") == data
+        assert describe("sensor_msgs/msg/CompressedImage", msg, "bag x")[0].shape == shape
+    depth = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; compressedDepth png",
+                                                           "data": np.frombuffer(png.getvalue(), np.uint8)})
+    assert describe("sensor_msgs/msg/CompressedImage", depth, "bag x") == []
+
+
+def test_numbers_of_any_message() -> None:
+    twist = build(TS2, "geometry_msgs/msg/Twist", {"linear": {"x": 1.0, "y": 2.0, "z": 3.0},
+                                                   "angular": {"x": 4.0, "y": 5.0, "z": 6.0}})
+    np.testing.assert_array_equal(tensor_values(twist, "geometry_msgs/msg/Twist"), [1, 2, 3, 4, 5, 6])
+    (value,) = describe("geometry_msgs/msg/Twist", twist, "bag x")
+    assert value.names == ("linear.x", "linear.y", "linear.z", "angular.x", "angular.y", "angular.z")
+    arr = build(TS2, "std_msgs/msg/Float64MultiArray", {"layout": {"dim": [], "data_offset": 9},
+                                                        "data": np.array([0.5, 1.5])})
+    np.testing.assert_array_equal(tensor_values(arr, "std_msgs/msg/Float64MultiArray"), [0.5, 1.5])
+
+
+def test_header_stamps_from_raw_bytes() -> None:
+    stamp = {"stamp": {"sec": 1_700_000_123, "nanosec": 456_789}, "frame_id": "f"}
+    js = {"header": stamp, "name": ["a"], "position": np.array([1.0])}
+    raw2 = TS2.serialize_cdr(build(TS2, "sensor_msgs/msg/JointState", js), "sensor_msgs/msg/JointState")
+    big = TS2.serialize_cdr(build(TS2, "sensor_msgs/msg/JointState", js), "sensor_msgs/msg/JointState",
+                            little_endian=False)
+    raw1 = TS1.serialize_ros1(build(TS1, "sensor_msgs/msg/JointState", {**js, "header": {**stamp, "seq": 4}}),
+                              "sensor_msgs/msg/JointState")
+    want = 1_700_000_123 * 10**9 + 456_789
+    assert header_stamp(raw2, False) == header_stamp(big, False) == header_stamp(raw1, True) == want
+
+
+def test_clock_rule_counts() -> None:
+    """A 10 Hz topic (ms) missing its message at 500 and, later, 1100-1400; ticks every 100 ms from 0."""
+    ms = 1_000_000
+    times = np.array([t for t in range(0, 2100, 100) if t != 500 and not 1100 <= t <= 1400], np.int64) * ms
+    ticks = clock.fps_ticks(0, 2000 * ms, 10.0)
+    assert len(ticks) == 21 and ticks[-1] == 2000 * ms
+    period = clock.nominal_period(times)
+    assert period == 100 * ms and list(clock.gaps(times, period)) == [4, 9]
+    s = clock.sample(times, ticks, None, period)
+    assert list(times[s.index][4:7] // ms) == [400, 400, 600]  # the tick at 500 takes 400's message
+    assert s.filled == 5  # 500, and 1100..1400
+    assert s.held == 2 and s.beyond == [(1300 * ms, 300 * ms)]  # 1300 and 1400 are over 2 periods old
+    wide = clock.sample(times, ticks, 500 * ms, period)
+    assert wide.held == 0 and wide.filled == 5
+    assert clock.first_decrease(np.array([1, 2, 2, 1, 3])) == 3 and clock.window({"a": times, "b": times[3:]}) \
+        == (times[3], times[-1])
