@@ -12,6 +12,7 @@ from robo_ray.episode import CanonicalEpisode
 from robo_ray.errors import DataCorrupt, EpisodeError
 from robo_ray.formats.lerobot.parquet import arrow_column, parquet_bytes, parquet_writer
 from robo_ray.formats.lerobot.paths import DATA_PATH, EPISODES_PATH, VIDEO_PATH, file_rel
+from robo_ray.formats.lerobot.unit_copies import UnitCopies, reencode_video
 from robo_ray.formats.lerobot.stats import Agg, STAT_KEYS, array_stats, image_stats_json, merge_image_json, to_list
 from robo_ray.formats.lerobot.video_encode import ImageHistogram, UnitVideo, encode_episode
 from robo_ray.stages.plan import Unit
@@ -53,6 +54,7 @@ class EpisodeFileSink(UnitSink):
         self._planned = dict(getattr(unit, "task_ids", ()))
         self._planned_tasks = getattr(unit, "planned_tasks", 0)
         self._broken: BaseException | None = None
+        self.copies = UnitCopies(w.options.reencode, w.fps)  # per camera: copied or re-encoded, and why
         self._done = False
 
     # ---- episodes ----------------------------------------------------------------------------------------------
@@ -70,8 +72,13 @@ class EpisodeFileSink(UnitSink):
                 tmp = self.files.new_temp(self.video_rels[cam.key], "-episode")
                 hist = ImageHistogram(3)
                 encoded.append((cam.key, tmp, hist))
-                h, wd = cam.shape[:2]
-                encode_episode(tmp, episode.cameras[cam.targets[0]], n, h, wd, w.settings, hist)
+                frames = episode.cameras[cam.targets[0]]
+                copied, switch = self.copies.try_copy(cam.key, tmp, frames, n, hist, episode.episode_index)
+                if switch is not None:  # the unit's camera held copied episodes: re-encode them too
+                    self._reencode_camera(cam)
+                if not copied:
+                    h, wd = cam.shape[:2]
+                    encode_episode(tmp, frames, n, h, wd, w.settings, hist)
         except BaseException:
             for _, tmp, _ in encoded:
                 remove_file(tmp)
@@ -84,6 +91,22 @@ class EpisodeFileSink(UnitSink):
         finally:
             for _, tmp, _ in encoded:
                 remove_file(tmp)
+
+    def _reencode_camera(self, cam: Any) -> None:
+        """Re-encode the camera's episodes the unit copied so far (`unit_copies.reencode_video`); a failure here
+        leaves the unit's MP4 unusable: the unit cannot commit."""
+        video = self._videos.get(cam.key)
+        if video is None:
+            return
+        try:
+            rel = self.video_rels[cam.key]
+            self._videos[cam.key] = reencode_video(
+                video, [e["length"] for e in self._extra_eps], lambda tag: self.files.new_temp(rel, tag),
+                cam.shape[0], cam.shape[1], self.writer.settings)
+            self.copies.reencoded_all(cam.key)
+        except BaseException as exc:
+            self._broken = exc
+            raise
 
     def _columns(self, ep: CanonicalEpisode) -> dict[str, Any]:
         """The episode's data columns (everything but the bookkeeping and the task ids)."""
@@ -141,6 +164,7 @@ class EpisodeFileSink(UnitSink):
             if video is None:
                 video = self._videos[key] = UnitVideo(self.files.temp(self.video_rels[key]), w.fps)
             t0, t1 = video.append(tmp, n)
+            self.copies.appended(key, self.copies.cams[key].mode == "copy")
             row.update({f"videos/{key}/chunk_index": self.chunk_index, f"videos/{key}/file_index": self.file_index,
                         f"videos/{key}/from_timestamp": t0, f"videos/{key}/to_timestamp": t1})
         table = pa.Table.from_arrays([arrow_column(columns[f.key], f, n) for f in w.layout.data_features],
@@ -217,7 +241,7 @@ class EpisodeFileSink(UnitSink):
                 "numbering": {"episode_offset": getattr(self.unit, "episode_offset", 0),
                               "index_offset": getattr(self.unit, "index_offset", 0),
                               "task_ids": [self._tasks[t] for t in tasks]},
-                "stats": stats}
+                "stats": stats, "videos": self.copies.summary()}
 
     def _close_all(self) -> None:
         if self._pq is not None:

@@ -50,6 +50,7 @@ class LeRobotOptions(WriterOptions):
     data_files_size_in_mb: int = Field(100, gt=0)
     video_files_size_in_mb: int = Field(200, gt=0)
     robot_type: str | None = None  # default: the source's
+    reencode: bool = False  # True: never copy a source's encoded video, decode and encode every camera
 
 
 class LeRobotWriter(Writer):

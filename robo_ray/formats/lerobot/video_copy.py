@@ -1,0 +1,227 @@
+"""Copying a source camera's encoded video into a LeRobot v3.0 unit (no decode, no encode), when it fits.
+
+A camera fits when the source's stream is one lerobot 0.6.1 decodes and seeks as it decodes ours: codec h264, hevc
+or AV1, `yuv420p`, the size of the camera's feature, a time base in which one frame is a whole number of ticks,
+every frame of the episode at exactly `k / fps` after the first (constant frame rate, the target's fps), and the
+episode's first packet a keyframe that is also its first frame shown (lerobot seeks to the keyframe before
+`from_timestamp`; a copied episode must not need frames of the previous one). A stream that does not fit is
+`NotCopyable` (the camera is re-encoded, the reason goes into the unit's result); a damaged one raises the same
+episode errors the decoding path raises (missing file EP101, undecodable EP102, frame count EP103, timestamps
+EP104), so it is quarantined by name exactly as before.
+
+`copy_episode` demuxes every packet of the episode's range, checks counts and timestamps against the episode's
+steps, writes the packets (timestamps rebased to start at 0, bytes untouched) into a scratch MP4, then decodes
+what validation samples (the groups of pictures holding the first / middle / last frame) and a few keyframes for
+the camera statistics. The unit's MP4 gets the scratch file by stream copy (`UnitVideo.append`), like an encoded
+episode.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import av
+import numpy as np
+
+from robo_ray.activity import ACTIVITY
+from robo_ray.episode import EncodedVideo
+from robo_ray.errors import FrameCountMismatch, TimestampMismatch, VideoDecodeError
+from robo_ray.formats.lerobot.video_encode import PIX_FMT, ImageHistogram, stats_sample_indices
+from robo_ray.stages.sampling import sample_indices
+
+# decoder name -> the codec name info.json's video.codec and a reader report
+COPY_CODECS = {"h264": "h264", "hevc": "hevc", "av1": "av1", "libdav1d": "av1", "libaom-av1": "av1"}
+STATS_KEYFRAMES = 12  # keyframes of a copied episode decoded for the camera statistics (besides validation's)
+LOOK_PAST_S = 1.0  # how far past the range's end packets are still read (frames reordered around the boundary)
+
+
+class NotCopyable(Exception):
+    """The source's stream is intact but does not fit the target as it is: re-encode (the message says why)."""
+
+
+@dataclass(frozen=True)
+class StreamParams:
+    """What must be equal for episodes to share one MP4 stream by stream copy."""
+
+    codec: str
+    width: int
+    height: int
+    extradata: bytes
+
+    def differs(self, other: "StreamParams") -> str | None:
+        if self == other:
+            return None
+        what = [n for n in ("codec", "width", "height", "extradata") if getattr(self, n) != getattr(other, n)]
+        return f"its {', '.join(what)} differ from the unit's earlier copied episodes"
+
+
+def _open(enc: EncodedVideo) -> tuple[Any, Any]:
+    src = enc.open()
+    try:
+        return src, av.open(src, "r")
+    except (av.error.FFmpegError, OSError, ValueError) as exc:
+        if hasattr(src, "close"):
+            src.close()
+        raise VideoDecodeError(f"cannot open video {enc.path}: {exc}") from exc
+
+
+def _check_stream(enc: EncodedVideo, c: Any, fps: int, where: str) -> tuple[Any, int, str]:
+    """The video stream, frame length in ticks and codec name; damage raises, a misfit is NotCopyable."""
+    if not c.streams.video:
+        raise VideoDecodeError(f"no video stream in {enc.path} ({where})")
+    s = c.streams.video[0]
+    cc = s.codec_context
+    if cc is None:
+        raise VideoDecodeError(f"cannot decode video {enc.path}: no decoder for its codec ({where})")
+    if (cc.width, cc.height) != (enc.width, enc.height):
+        raise VideoDecodeError(f"{enc.path}: video is {cc.width}x{cc.height}, the source declares "
+                               f"{enc.width}x{enc.height} ({where})")
+    codec = COPY_CODECS.get(cc.name)
+    if codec is None:
+        raise NotCopyable(f"codec {cc.name} (copied: h264, hevc, av1)")
+    if cc.pix_fmt != PIX_FMT:
+        raise NotCopyable(f"pixel format {cc.pix_fmt} (copied: {PIX_FMT})")
+    ticks = Fraction(1, fps) / s.time_base
+    if ticks.denominator != 1:
+        raise NotCopyable(f"time base {s.time_base} does not hold 1/{fps} s in whole ticks")
+    return s, int(ticks), codec
+
+
+def copy_episode(tmp: str, enc: EncodedVideo, length: int, fps: int, hist: ImageHistogram,
+                 episode: int) -> StreamParams:
+    """Copy one camera's packets of one episode into the MP4 at `tmp` (see the module docstring); returns the
+    stream's parameters. Raises NotCopyable (re-encode) or an EpisodeError (quarantine)."""
+    where = f"episode {episode}"
+    src, c = _open(enc)
+    try:
+        s, ticks, codec = _check_stream(enc, c, fps, where)
+        tb = s.time_base
+        params = StreamParams(codec, s.codec_context.width, s.codec_context.height,
+                              bytes(s.codec_context.extradata or b""))
+        rel = _copy_range(tmp, enc, c, s, length, where)
+    finally:
+        c.close()
+        if hasattr(src, "close"):
+            src.close()
+    _check_times(enc, rel, length, ticks, tb, where)
+    _decode_check(tmp, enc, rel, length, ticks, fps, hist, where)
+    return params
+
+
+def _copy_range(tmp: str, enc: EncodedVideo, c: Any, s: Any, length: int, where: str) -> list[tuple[int, bool]]:
+    """Demux the episode's range into `tmp`; returns (pts relative to the first packet, keyframe) in decode order."""
+    tb = s.time_base
+    lo = enc.from_timestamp - enc.tolerance_s
+    hi = None if enc.to_timestamp is None else enc.to_timestamp - enc.tolerance_s
+    try:
+        if enc.from_timestamp > 0:
+            c.seek(int(enc.from_timestamp / tb), stream=s, backward=True, any_frame=False)
+        out_rel: list[tuple[int, bool]] = []
+        base: int | None = None
+        with av.open(tmp, "w", format="mp4") as out:
+            ostream = out.add_stream_from_template(s, opaque=True)
+            for p in c.demux(s):
+                if p.dts is None:
+                    continue
+                if p.pts is None:
+                    raise VideoDecodeError(f"{enc.path}: a packet without a timestamp ({where})")
+                t = float(p.pts * tb)
+                if hi is not None and t >= hi:
+                    if base is not None and (p.is_keyframe or t >= hi + LOOK_PAST_S):
+                        break
+                    continue
+                if t < lo:
+                    continue
+                if base is None:
+                    if not p.is_keyframe:
+                        raise NotCopyable(f"{where} does not start on a keyframe (t={t:.4f}s)")
+                    base = p.pts
+                if len(out_rel) > length:
+                    break  # more frames than steps: counted below, no need to read on
+                out_rel.append((p.pts - base, bool(p.is_keyframe)))
+                p.pts -= base
+                p.dts -= base
+                p.stream = ostream
+                out.mux(p)
+                ACTIVITY.beat()
+    except (av.error.FFmpegError, OSError, ValueError) as exc:
+        raise VideoDecodeError(f"{enc.path}: reading the packets of {where} failed: {exc}") from exc
+    if out_rel and min(r for r, _ in out_rel) != 0:
+        raise NotCopyable(f"{where}: a frame shown before its first keyframe (open group of pictures)")
+    return out_rel
+
+
+def _check_times(enc: EncodedVideo, rel: list[tuple[int, bool]], length: int, ticks: int, tb: Fraction,
+                 where: str) -> None:
+    """As many frames as steps, each at its step's time (damage otherwise), at exactly k/fps (else NotCopyable)."""
+    if len(rel) != length:
+        raise FrameCountMismatch(f"{enc.path}: {where} has {len(rel)} frames in its range "
+                                 f"[{enc.from_timestamp:.4f}, {enc.to_timestamp}), the episode has {length} steps")
+    pts = sorted(r for r, _ in rel)
+    t0 = enc.from_timestamp
+    for k, p in enumerate(pts):
+        q = t0 + float(enc.timestamps[k])
+        t = t0 + float(p * tb)
+        if abs(t - q) > enc.tolerance_s + 4e-7 * abs(q):
+            raise TimestampMismatch(f"{enc.path}: {where} step {k} wants t={q:.4f}s, the frame is at {t:.4f}s "
+                                    f"(tolerance {enc.tolerance_s}s)")
+    if pts != [k * ticks for k in range(length)]:
+        raise NotCopyable(f"{where}: frames not at exactly k/fps (variable frame rate)")
+
+
+def _wanted(rel: list[tuple[int, bool]], length: int, ticks: int) -> set[int]:
+    """Frames to decode (and take the camera statistics from): validation's samples (first / middle / last) and
+    up to STATS_KEYFRAMES keyframes spread like lerobot's statistics sample."""
+    keys = sorted(r // ticks for r, key in rel if key)
+    stats: set[int] = set()
+    picks = stats_sample_indices(length)
+    step = max(1, len(picks) // STATS_KEYFRAMES)
+    for i in picks[::step][:STATS_KEYFRAMES]:
+        j = bisect.bisect_right(keys, i) - 1
+        stats.add(keys[max(j, 0)])
+    return stats | set(sample_indices(length))
+
+
+def _decode_check(tmp: str, enc: EncodedVideo, rel: list[tuple[int, bool]], length: int, ticks: int, fps: int,
+                  hist: ImageHistogram, where: str) -> None:
+    """Decode the groups of pictures holding the wanted frames from the copied packets; statistics from them."""
+    want = _wanted(rel, length, ticks)
+    gop_of: list[int] = []  # decode-order packet -> group of pictures (starts at a keyframe)
+    frames_in: dict[int, set[int]] = {}
+    for r, key in rel:
+        g = len(frames_in) if key or not gop_of else gop_of[-1]
+        gop_of.append(g)
+        frames_in.setdefault(g, set()).add(r // ticks)
+    needed = {g for g, fr in frames_in.items() if fr & want}
+    got: dict[int, np.ndarray] = {}
+    try:
+        with av.open(tmp, "r") as c:
+            s = c.streams.video[0]
+            s.codec_context.thread_count = 1
+            packets = (p for p in c.demux(s) if p.dts is not None)
+            for k, p in enumerate(packets):
+                if gop_of[k] not in needed:
+                    continue
+                for f in s.codec_context.decode(p):
+                    _take(f, s.time_base * fps, want, got)
+            for f in s.codec_context.decode(None):
+                _take(f, s.time_base * fps, want, got)
+    except (av.error.FFmpegError, OSError, ValueError, EOFError) as exc:
+        raise VideoDecodeError(f"decode failed in {enc.path} ({where}): {exc}") from exc
+    missing = sorted(want - set(got))
+    if missing:
+        raise VideoDecodeError(f"{enc.path}: {where} frames {missing[:5]} did not decode")
+    for i in sorted(want):
+        hist.add(got[i])
+
+
+def _take(f: Any, frames_per_tick: Fraction, want: set[int], got: dict[int, np.ndarray]) -> None:
+    """Keep a decoded frame of the scratch MP4 (frame k at k/fps exactly) when it is wanted."""
+    ACTIVITY.beat()
+    if f.pts is None:
+        return
+    i = f.pts * frames_per_tick
+    if i.denominator == 1 and int(i) in want:
+        got[int(i)] = f.to_ndarray(format="rgb24")
