@@ -72,7 +72,8 @@ def v21(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def converted(v21, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("lrw_out") / "out"
-    outcome = _run(v21, out, "plan.min_shards=3")
+    # the encoder's output (settings in info.json); copied video: tests/integration/test_lerobot_copy.py
+    outcome = _run(v21, out, "plan.min_shards=3", "target.options.reencode=true")
     assert outcome.exit_code == 0, outcome.message
     return out
 

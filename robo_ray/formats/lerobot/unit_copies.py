@@ -88,8 +88,8 @@ class UnitCopies:
 
 def reencode_video(video: UnitVideo, lengths: list[int], new_temp: Callable[[str], str], height: int, width: int,
                    settings: VideoSettings) -> UnitVideo:
-    """Re-encode a unit's camera MP4 of copied episodes (`lengths` frames each, back to back) into a new one at the
-    same path; returns it (open for more episodes). The copied MP4 is closed first."""
+    """Re-encode a unit's camera MP4 of copied episodes (`lengths` frames each, back to back) into a new one;
+    returns it (open for more episodes). The copied MP4 is closed and removed."""
     video.close()
     path = video.path
     out = UnitVideo(new_temp("-reencoded"), video.fps)
@@ -109,9 +109,17 @@ def reencode_video(video: UnitVideo, lengths: list[int], new_temp: Callable[[str
         out.close()
         remove_file(out.path)
         raise
-    os.replace(out.path, path)  # the open output follows its file
-    out.path = path
-    return out
+    remove_file(path)
+    return out  # at a path of its own (the MP4 muxer reopens its file by name to move the index first): the
+    # unit moves it to the camera's temp when it closes it (`settle`)
+
+
+def settle(video: UnitVideo, path: str) -> None:
+    """Close a unit's camera MP4 and make sure it is at `path` (where the unit publishes it from)."""
+    video.close()
+    if video.path != path:
+        os.replace(video.path, path)
+        video.path = path
 
 
 def _camera_units(key: str, results: list[Any]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from robo_ray.episode import CanonicalEpisode
 from robo_ray.errors import DataCorrupt, EpisodeError
 from robo_ray.formats.lerobot.parquet import arrow_column, parquet_bytes, parquet_writer
 from robo_ray.formats.lerobot.paths import DATA_PATH, EPISODES_PATH, VIDEO_PATH, file_rel
-from robo_ray.formats.lerobot.unit_copies import UnitCopies, reencode_video
+from robo_ray.formats.lerobot.unit_copies import UnitCopies, reencode_video, settle
 from robo_ray.formats.lerobot.stats import Agg, STAT_KEYS, array_stats, image_stats_json, merge_image_json, to_list
 from robo_ray.formats.lerobot.video_encode import ImageHistogram, UnitVideo, encode_episode
 from robo_ray.stages.plan import Unit
@@ -208,8 +208,8 @@ class EpisodeFileSink(UnitSink):
             if self._rows:
                 self._pq.close()  # type: ignore[union-attr]
                 self._pq = None
-                for v in self._videos.values():
-                    v.close()
+                for key, v in self._videos.items():
+                    settle(v, self.files.temp(self.video_rels[key]))
                 meta = parquet_bytes(pa.Table.from_pylist(self._rows, schema=w.episodes_schema))
                 with open(self.files.temp(self.meta_rel), "wb") as f:
                     f.write(meta)
@@ -250,11 +250,13 @@ class EpisodeFileSink(UnitSink):
             except Exception:  # noqa: BLE001 - being thrown away
                 pass
             self._pq = None
-        for v in self._videos.values():
+        for key, v in self._videos.items():
             try:
                 v.close()
             except Exception:  # noqa: BLE001
                 pass
+            if v.path != self.files.temp(self.video_rels[key]):  # a re-encoded camera's MP4 (not staged)
+                remove_file(v.path)
 
     def abort(self) -> None:
         self._done = True
