@@ -274,7 +274,7 @@ class UnitConverter:
         """The source's encoded stream of the camera, offered to the writer when the mapping keeps the frames as
         they are (same size, 8-bit colour): a writer may copy its packets instead of taking decoded frames."""
         src = getattr(self.reader, "features", {}).get(fm.source)
-        if src is None or tuple(src.shape) != tuple(fm.shape) or fm.dtype != "uint8" or fm.shape[2] != 3:
+        if not self.writer.takes_encoded_video or src is None or tuple(src.shape) != tuple(fm.shape) or fm.dtype != "uint8" or fm.shape[2] != 3:
             return None
         path, reader = ref.path, self.reader
 
