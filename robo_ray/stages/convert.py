@@ -267,14 +267,15 @@ class UnitConverter:
         if decodes_in_thread(self.options, self.cpus):
             # decoded in a thread while the writer encodes (both release the GIL); it starts at the first frame
             # (lazily when the writer may copy the encoded stream instead: then nothing is decoded)
-            frames = DecodeAhead(frames, self.options.decode_ahead, lazy=encoded is not None)
+            frames = DecodeAhead(frames, self.options.decode_ahead) if encoded is None \
+                else DecodeAhead(frames, self.options.decode_ahead, lazy=True)
         return Frames(ep.length, frames, shape, fm.dtype, encoded)
 
     def _encoded(self, ep: Episode, fm: FieldMap, ref: VideoRef) -> EncodedVideo | None:
         """The source's encoded stream of the camera, offered to the writer when the mapping keeps the frames as
         they are (same size, 8-bit colour): a writer may copy its packets instead of taking decoded frames."""
         src = getattr(self.reader, "features", {}).get(fm.source)
-        if not self.writer.takes_encoded_video or src is None or tuple(src.shape) != tuple(fm.shape) or fm.dtype != "uint8" or fm.shape[2] != 3:
+        if not getattr(self.writer, "takes_encoded_video", False) or src is None or tuple(src.shape) != tuple(fm.shape) or fm.dtype != "uint8" or fm.shape[2] != 3:
             return None
         path, reader = ref.path, self.reader
 

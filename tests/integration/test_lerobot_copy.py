@@ -9,7 +9,8 @@ fits, in the project venv (the lerobot 0.6.1 loads are in tests/integration/test
 3. `target.options.reencode=true` re-encodes a stream that fits (AV1 output, not the source's packets);
 4. damaged sources (a truncated MP4, a missing MP4, an MP4 with a frame too few) are quarantined by name with the
    decoding path's codes, the other episodes are still copied;
-5. a generated v2.1 with H.264 and AV1 cameras: the copied frames bit-identical, the camera statistics present.
+5. a generated v2.1 with H.264 and AV1 cameras: the copied frames bit-identical, the camera statistics present;
+6. a copied camera is never decoded by the convert stage (its decoding thread never starts).
 """
 from __future__ import annotations
 
@@ -203,3 +204,25 @@ def test_generated_two_codecs_copied_with_stats(tmp_path):
         mean = np.asarray(stats[key]["mean"]).reshape(3)
         want_mean = np.stack(want).reshape(-1, 3).mean(axis=0) / 255.0
         assert np.allclose(mean, want_mean, atol=0.05), (key, mean, want_mean)  # from the decoded keyframes
+
+
+def test_copied_cameras_are_never_decoded_by_the_convert_stage(shared, tmp_path, monkeypatch):
+    """With a decoding thread per camera forced on, a copied camera's frames are never decoded (the thread starts
+    at the writer's first `next`, which never comes); with reencode=true every episode's cameras are decoded."""
+    import robo_ray.stages.convert as convert_mod
+
+    started: list[int] = []
+    real = convert_mod.UnitConverter._decode_video
+
+    def watched(self, ep, fm, ref):
+        started.append(ep.episode_index)
+        yield from real(self, ep, fm, ref)
+
+    monkeypatch.setattr(convert_mod.UnitConverter, "_decode_video", watched)
+    src = shared / "samples/lerobot_v30_av1_2cam"
+    code, err = run(src, tmp_path / "copy", "convert.decode_thread=true")
+    assert code == 0, err
+    assert not started
+    code, err = run(src, tmp_path / "encode", "convert.decode_thread=true", "target.options.reencode=true")
+    assert code == 0, err
+    assert sorted(started) == [0, 0, 1, 1, 2, 2, 3, 3]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import av
@@ -30,6 +30,7 @@ class CameraState:
     reason: str | None = None  # why the camera is re-encoded
     copied: int = 0  # episodes appended by copy
     reencoded: int = 0  # episodes appended by encoding
+    switch: bool = False  # this episode turns a camera holding copied episodes to re-encoding
 
     def summary(self) -> dict[str, Any]:
         return {"mode": self.mode, "codec": self.params.codec if self.mode == "copy" and self.params else None,
@@ -37,23 +38,24 @@ class CameraState:
 
 
 class UnitCopies:
-    """The copy-or-encode decisions of one unit's cameras (see the module docstring)."""
+    """The copy-or-encode decisions of one unit's cameras (see the module docstring). `decide` changes nothing:
+    the sink applies a decision (`apply`) only when its episode goes into the unit, so an episode that fails
+    leaves the unit as if it had never been offered."""
 
     def __init__(self, reencode: bool, fps: int) -> None:
         self.reencode = reencode
         self.fps = fps
         self.cams: dict[str, CameraState] = {}
 
-    def try_copy(self, key: str, tmp: str, frames: Frames, length: int, hist: ImageHistogram,
-                 episode: int) -> tuple[bool, str | None]:
-        """Copy the camera's episode into `tmp` when it fits: (copied, why not when the unit's camera must now
-        be re-encoded although it holds copied episodes). Damage raises (the episode is quarantined)."""
-        st = self.cams.setdefault(key, CameraState())
+    def decide(self, key: str, tmp: str, frames: Frames, length: int, hist: ImageHistogram,
+               episode: int) -> CameraState:
+        """Copy the camera's episode into `tmp` when it fits; returns the camera's state with this episode in
+        (`mode` "copy": copied into `tmp`; "encode": the caller encodes it). Damage raises (quarantine)."""
+        st = replace(self.cams.get(key, CameraState()), switch=False)
         if st.mode == "encode":
-            return False, None
+            return st
         if self.reencode or frames.encoded is None:
-            st.mode, st.reason = "encode", FORCED if self.reencode else NOT_ENCODED
-            return False, None
+            return replace(st, mode="encode", reason=FORCED if self.reencode else NOT_ENCODED)
         try:
             params = copy_episode(tmp, frames.encoded, length, self.fps, hist, episode)
             reason = st.params.differs(params) if st.params is not None else None
@@ -62,25 +64,18 @@ class UnitCopies:
         except NotCopyable as exc:
             reason = str(exc)
         if reason is None:
-            st.mode, st.params = "copy", params
-            return True, None
-        switch = st.copied > 0
-        st.mode, st.reason = "encode", reason
-        return False, reason if switch else None
+            return replace(st, mode="copy", params=params)
+        return replace(st, mode="encode", reason=reason, switch=st.copied > 0)
 
-    def appended(self, key: str, copied: bool) -> None:
-        st = self.cams[key]
-        if copied:
-            st.copied += 1
+    def apply(self, key: str, st: CameraState) -> None:
+        """The episode of decision `st` went into the unit (after the switch's re-encoding, when it had one)."""
+        if st.switch:
+            st = replace(st, reencoded=st.reencoded + st.copied, copied=0, params=None, switch=False)
+        if st.mode == "copy":
+            st = replace(st, copied=st.copied + 1)
         else:
-            st.reencoded += 1
-
-    def reencoded_all(self, key: str) -> None:
-        """The unit's copied episodes of the camera were re-encoded."""
-        st = self.cams[key]
-        st.reencoded += st.copied
-        st.copied = 0
-        st.params = None
+            st = replace(st, reencoded=st.reencoded + 1)
+        self.cams[key] = st
 
     def summary(self) -> dict[str, Any]:
         return {k: st.summary() for k, st in self.cams.items()}

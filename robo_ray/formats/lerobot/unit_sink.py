@@ -12,8 +12,8 @@ from robo_ray.episode import CanonicalEpisode
 from robo_ray.errors import DataCorrupt, EpisodeError
 from robo_ray.formats.lerobot.parquet import arrow_column, parquet_bytes, parquet_writer
 from robo_ray.formats.lerobot.paths import DATA_PATH, EPISODES_PATH, VIDEO_PATH, file_rel
-from robo_ray.formats.lerobot.unit_copies import UnitCopies, reencode_video, settle
 from robo_ray.formats.lerobot.stats import Agg, STAT_KEYS, array_stats, image_stats_json, merge_image_json, to_list
+from robo_ray.formats.lerobot.unit_copies import CameraState, UnitCopies, reencode_video, settle
 from robo_ray.formats.lerobot.video_encode import ImageHistogram, UnitVideo, encode_episode
 from robo_ray.stages.plan import Unit
 from robo_ray.writers.base import UnitResult, UnitSink
@@ -67,16 +67,15 @@ class EpisodeFileSink(UnitSink):
             raise DataCorrupt(f"episode {episode.episode_index}: {len(episode.language)} instructions for {n} steps")
         columns = self._columns(episode)
         encoded: list[tuple[str, str, ImageHistogram]] = []
+        decisions: dict[str, CameraState] = {}  # per camera: copied or encoded (applied with the episode)
         try:
             for cam in w.layout.cameras:
                 tmp = self.files.new_temp(self.video_rels[cam.key], "-episode")
                 hist = ImageHistogram(3)
                 encoded.append((cam.key, tmp, hist))
                 frames = episode.cameras[cam.targets[0]]
-                copied, switch = self.copies.try_copy(cam.key, tmp, frames, n, hist, episode.episode_index)
-                if switch is not None:  # the unit's camera held copied episodes: re-encode them too
-                    self._reencode_camera(cam)
-                if not copied:
+                decisions[cam.key] = self.copies.decide(cam.key, tmp, frames, n, hist, episode.episode_index)
+                if decisions[cam.key].mode != "copy":
                     h, wd = cam.shape[:2]
                     encode_episode(tmp, frames, n, h, wd, w.settings, hist)
         except BaseException:
@@ -84,7 +83,10 @@ class EpisodeFileSink(UnitSink):
                 remove_file(tmp)
             raise
         try:  # every camera is encoded: from here on the episode goes into the unit's files
-            self._append(episode, columns, encoded)
+            for cam in w.layout.cameras:
+                if decisions[cam.key].switch:  # the unit's camera held copied episodes: re-encode them too
+                    self._reencode_camera(cam)
+            self._append(episode, columns, encoded, decisions)
         except BaseException as exc:  # the unit's files may hold part of the episode: the unit cannot commit
             self._broken = exc
             raise
@@ -94,19 +96,13 @@ class EpisodeFileSink(UnitSink):
 
     def _reencode_camera(self, cam: Any) -> None:
         """Re-encode the camera's episodes the unit copied so far (`unit_copies.reencode_video`); a failure here
-        leaves the unit's MP4 unusable: the unit cannot commit."""
+        leaves the unit's MP4 unusable (the caller marks the unit broken)."""
         video = self._videos.get(cam.key)
-        if video is None:
-            return
-        try:
+        if video is not None:
             rel = self.video_rels[cam.key]
             self._videos[cam.key] = reencode_video(
                 video, [e["length"] for e in self._extra_eps], lambda tag: self.files.new_temp(rel, tag),
                 cam.shape[0], cam.shape[1], self.writer.settings)
-            self.copies.reencoded_all(cam.key)
-        except BaseException as exc:
-            self._broken = exc
-            raise
 
     def _columns(self, ep: CanonicalEpisode) -> dict[str, Any]:
         """The episode's data columns (everything but the bookkeeping and the task ids)."""
@@ -143,8 +139,8 @@ class EpisodeFileSink(UnitSink):
                 self._provisional += 1
         return self._tasks[task]
 
-    def _append(self, ep: CanonicalEpisode, columns: dict[str, Any],
-                encoded: list[tuple[str, str, ImageHistogram]]) -> None:
+    def _append(self, ep: CanonicalEpisode, columns: dict[str, Any], encoded: list[tuple[str, str, ImageHistogram]],
+                decisions: dict[str, CameraState]) -> None:
         w, n = self.writer, ep.length
         e, i0 = self.next_episode, self.next_index
         lang = [str(t) for t in ep.language]
@@ -164,7 +160,7 @@ class EpisodeFileSink(UnitSink):
             if video is None:
                 video = self._videos[key] = UnitVideo(self.files.temp(self.video_rels[key]), w.fps)
             t0, t1 = video.append(tmp, n)
-            self.copies.appended(key, self.copies.cams[key].mode == "copy")
+            self.copies.apply(key, decisions[key])
             row.update({f"videos/{key}/chunk_index": self.chunk_index, f"videos/{key}/file_index": self.file_index,
                         f"videos/{key}/from_timestamp": t0, f"videos/{key}/to_timestamp": t1})
         table = pa.Table.from_arrays([arrow_column(columns[f.key], f, n) for f in w.layout.data_features],
