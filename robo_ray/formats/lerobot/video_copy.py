@@ -100,18 +100,20 @@ def copy_episode(tmp: str, enc: EncodedVideo, length: int, fps: int, hist: Image
         tb = s.time_base
         params = StreamParams(codec, s.codec_context.width, s.codec_context.height,
                               bytes(s.codec_context.extradata or b""))
-        rel = _copy_range(tmp, enc, c, s, length, where)
+        rel, base = _copy_range(tmp, enc, c, s, length, where)
     finally:
         c.close()
         if hasattr(src, "close"):
             src.close()
-    _check_times(enc, rel, length, ticks, tb, where)
+    _check_times(enc, rel, base, length, ticks, tb, where)
     _decode_check(tmp, enc, rel, length, ticks, fps, hist, where)
     return params
 
 
-def _copy_range(tmp: str, enc: EncodedVideo, c: Any, s: Any, length: int, where: str) -> list[tuple[int, bool]]:
-    """Demux the episode's range into `tmp`; returns (pts relative to the first packet, keyframe) in decode order."""
+def _copy_range(tmp: str, enc: EncodedVideo, c: Any, s: Any, length: int,
+                where: str) -> tuple[list[tuple[int, bool]], int]:
+    """Demux the episode's range into `tmp`; returns (pts relative to the first packet, keyframe) in decode order
+    and the first packet's pts."""
     tb = s.time_base
     lo = enc.from_timestamp - enc.tolerance_s
     hi = None if enc.to_timestamp is None else enc.to_timestamp - enc.tolerance_s
@@ -150,20 +152,20 @@ def _copy_range(tmp: str, enc: EncodedVideo, c: Any, s: Any, length: int, where:
         raise VideoDecodeError(f"{enc.path}: reading the packets of {where} failed: {exc}") from exc
     if out_rel and min(r for r, _ in out_rel) != 0:
         raise NotCopyable(f"{where}: a frame shown before its first keyframe (open group of pictures)")
-    return out_rel
+    return out_rel, base or 0
 
 
-def _check_times(enc: EncodedVideo, rel: list[tuple[int, bool]], length: int, ticks: int, tb: Fraction,
+def _check_times(enc: EncodedVideo, rel: list[tuple[int, bool]], base: int, length: int, ticks: int, tb: Fraction,
                  where: str) -> None:
-    """As many frames as steps, each at its step's time (damage otherwise), at exactly k/fps (else NotCopyable)."""
+    """As many frames as steps, each at its step's time in the file (damage otherwise, as when decoding), at exactly
+    k/fps (else NotCopyable)."""
     if len(rel) != length:
         raise FrameCountMismatch(f"{enc.path}: {where} has {len(rel)} frames in its range "
                                  f"[{enc.from_timestamp:.4f}, {enc.to_timestamp}), the episode has {length} steps")
     pts = sorted(r for r, _ in rel)
-    t0 = enc.from_timestamp
     for k, p in enumerate(pts):
-        q = t0 + float(enc.timestamps[k])
-        t = t0 + float(p * tb)
+        q = enc.from_timestamp + float(enc.timestamps[k])
+        t = float((base + p) * tb)
         if abs(t - q) > enc.tolerance_s + 4e-7 * abs(q):
             raise TimestampMismatch(f"{enc.path}: {where} step {k} wants t={q:.4f}s, the frame is at {t:.4f}s "
                                     f"(tolerance {enc.tolerance_s}s)")
