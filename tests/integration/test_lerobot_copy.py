@@ -10,7 +10,8 @@ fits, in the project venv (the lerobot 0.6.1 loads are in tests/integration/test
 4. damaged sources (a truncated MP4, a missing MP4, an MP4 with a frame too few) are quarantined by name with the
    decoding path's codes, the other episodes are still copied;
 5. a generated v2.1 with H.264 and AV1 cameras: the copied frames bit-identical, the camera statistics present;
-6. a copied camera is never decoded by the convert stage (its decoding thread never starts).
+6. a copied camera is never decoded by the convert stage (its decoding thread never starts);
+7. ORTF (robo-ray's, H.264) -> LeRobot copies the ORTF packets too.
 """
 from __future__ import annotations
 
@@ -226,3 +227,17 @@ def test_copied_cameras_are_never_decoded_by_the_convert_stage(shared, tmp_path,
     code, err = run(src, tmp_path / "encode", "convert.decode_thread=true", "target.options.reencode=true")
     assert code == 0, err
     assert sorted(started) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_ortf_source_copied(shared, tmp_path):
+    """ORTF (written by robo-ray: one H.264 MP4 per episode and camera) -> LeRobot: the ORTF packets are copied."""
+    ortf = tmp_path / "ortf"
+    cfg = load_config(None, FAST, **{"source.url": str(shared / "samples/lerobot_v21_h264_1cam"),
+                                     "target.url": str(ortf), "target.format": "ortf"})
+    assert run_pipeline(cfg, stderr=io.StringIO()).exit_code == 0
+    out = tmp_path / "out"
+    code, err = run(ortf, out)
+    assert code == 0, err
+    src = sorted((ortf / "videos").rglob("*.mp4"))
+    assert len(src) == 3 and packets(out_videos(out, "observation.images.top")) == packets(src)
+    assert "3 episodes copied" in report_line(out, "video copy")
