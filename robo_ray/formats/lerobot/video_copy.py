@@ -33,7 +33,7 @@ from robo_ray.stages.sampling import sample_indices
 
 # decoder name -> the codec name info.json's video.codec and a reader report
 COPY_CODECS = {"h264": "h264", "hevc": "hevc", "av1": "av1", "libdav1d": "av1", "libaom-av1": "av1"}
-STATS_KEYFRAMES = 12  # keyframes of a copied episode decoded for the camera statistics (besides validation's)
+STATS_KEYFRAMES = 6  # keyframes of a copied episode decoded alone for the camera statistics (besides validation's)
 LOOK_PAST_S = 1.0  # how far past the range's end packets are still read (frames reordered around the boundary)
 
 
@@ -173,9 +173,9 @@ def _check_times(enc: EncodedVideo, rel: list[tuple[int, bool]], base: int, leng
         raise NotCopyable(f"{where}: frames not at exactly k/fps (variable frame rate)")
 
 
-def _wanted(rel: list[tuple[int, bool]], length: int, ticks: int) -> set[int]:
-    """Frames to decode (and take the camera statistics from): validation's samples (first / middle / last) and
-    up to STATS_KEYFRAMES keyframes spread like lerobot's statistics sample."""
+def _wanted(rel: list[tuple[int, bool]], length: int, ticks: int) -> tuple[set[int], set[int]]:
+    """(validation's samples: first / middle / last frame, up to STATS_KEYFRAMES keyframes spread like lerobot's
+    statistics sample): the frames decoded; the camera statistics are taken from both."""
     keys = sorted(r // ticks for r, key in rel if key)
     stats: set[int] = set()
     picks = stats_sample_indices(length)
@@ -183,33 +183,42 @@ def _wanted(rel: list[tuple[int, bool]], length: int, ticks: int) -> set[int]:
     for i in picks[::step][:STATS_KEYFRAMES]:
         j = bisect.bisect_right(keys, i) - 1
         stats.add(keys[max(j, 0)])
-    return stats | set(sample_indices(length))
+    return set(sample_indices(length)), stats
 
 
 def _decode_check(tmp: str, enc: EncodedVideo, rel: list[tuple[int, bool]], length: int, ticks: int, fps: int,
                   hist: ImageHistogram, where: str) -> None:
-    """Decode the groups of pictures holding the wanted frames from the copied packets; statistics from them."""
-    want = _wanted(rel, length, ticks)
+    """Decode the copied packets holding the wanted frames: the whole group of pictures of each validation sample,
+    the keyframe alone of each statistics sample; statistics from all of them."""
+    checks, stats = _wanted(rel, length, ticks)
+    want = checks | stats
     gop_of: list[int] = []  # decode-order packet -> group of pictures (starts at a keyframe)
     frames_in: dict[int, set[int]] = {}
     for r, key in rel:
         g = len(frames_in) if key or not gop_of else gop_of[-1]
         gop_of.append(g)
         frames_in.setdefault(g, set()).add(r // ticks)
-    needed = {g for g, fr in frames_in.items() if fr & want}
+    whole = {g for g, fr in frames_in.items() if fr & checks}
+    feed = [k for k, (r, key) in enumerate(rel) if gop_of[k] in whole or (key and r // ticks in stats)]
     got: dict[int, np.ndarray] = {}
     try:
         with av.open(tmp, "r") as c:
             s = c.streams.video[0]
             s.codec_context.thread_count = 1
+            per_tick = s.time_base * fps
             packets = (p for p in c.demux(s) if p.dts is not None)
+            todo = iter(feed)
+            nxt = next(todo, None)
             for k, p in enumerate(packets):
-                if gop_of[k] not in needed:
+                if nxt is None:
+                    break
+                if k != nxt:
                     continue
+                nxt = next(todo, None)
                 for f in s.codec_context.decode(p):
-                    _take(f, s.time_base * fps, want, got)
+                    _take(f, per_tick, want, got)
             for f in s.codec_context.decode(None):
-                _take(f, s.time_base * fps, want, got)
+                _take(f, per_tick, want, got)
     except (av.error.FFmpegError, OSError, ValueError, EOFError) as exc:
         raise VideoDecodeError(f"decode failed in {enc.path} ({where}): {exc}") from exc
     missing = sorted(want - set(got))
