@@ -9,7 +9,7 @@ fits, in the project venv (the lerobot 0.6.1 loads are in tests/integration/test
 3. `target.options.reencode=true` re-encodes a stream that fits (AV1 output, not the source's packets);
 4. damaged sources (a truncated MP4, a missing MP4, an MP4 with a frame too few) are quarantined by name with the
    decoding path's codes, the other episodes are still copied;
-5. a generated v2.1 with H.264 and AV1 cameras: the copied frames bit-identical, the camera statistics present;
+5. a generated v2.1 with H.264, AV1 and HEVC cameras: the copied frames bit-identical, the camera statistics present;
 6. a copied camera is never decoded by the convert stage (its decoding thread never starts);
 7. ORTF (robo-ray's, H.264) -> LeRobot copies the ORTF packets too.
 """
@@ -32,7 +32,7 @@ from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_da
 pytestmark = pytest.mark.timeout(600)
 
 FAST = ["validate.tfds_readback=false"]
-TOP, WRIST = "observation.images.top", "observation.images.wrist"
+TOP, WRIST, FRONT = "observation.images.top", "observation.images.wrist", "observation.images.front"
 
 
 def run(src: Path, dst: Path, *sets: str) -> tuple[int, str]:
@@ -189,16 +189,16 @@ def test_damaged_sources_quarantined_by_name(tmp_path):
     assert packets(out_videos(out, TOP)) == packets([vids[0], vids[4]])
 
 
-def test_generated_two_codecs_copied_with_stats(tmp_path):
+def test_generated_three_codecs_copied_with_stats(tmp_path):
     spec = DatasetSpec(version="v2.1", episode_lengths=[14, 9], fps=15,
-                       cameras=[CameraSpec(TOP, "h264"), CameraSpec(WRIST, "av1")])
+                       cameras=[CameraSpec(TOP, "h264"), CameraSpec(WRIST, "av1"), CameraSpec(FRONT, "hevc")])
     src = write_lerobot_dataset(tmp_path / "src", spec)
     out = tmp_path / "out"
     code, err = run(src, out)
     assert code == 0, err
     info = json.loads((out / "meta/info.json").read_text())
     stats = json.loads((out / "meta/stats.json").read_text())
-    for key, codec in ((TOP, "h264"), (WRIST, "av1")):
+    for key, codec in ((TOP, "h264"), (WRIST, "av1"), (FRONT, "hevc")):
         assert info["features"][key]["info"]["video.codec"] == codec
         got, want = frames(out_videos(out, key)), frames(src_videos(src, key))
         assert len(got) == 23 and all(np.array_equal(a, b) for a, b in zip(got, want))
