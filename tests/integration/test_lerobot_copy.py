@@ -11,7 +11,8 @@ fits, in the project venv (the lerobot 0.6.1 loads are in tests/integration/test
    decoding path's codes, the other episodes are still copied;
 5. a generated v2.1 with H.264, AV1 and HEVC cameras: the copied frames bit-identical, the camera statistics present;
 6. a copied camera is never decoded by the convert stage (its decoding thread never starts);
-7. ORTF (robo-ray's, H.264) -> LeRobot copies the ORTF packets too.
+7. ORTF (robo-ray's, H.264) -> LeRobot copies the ORTF packets too;
+8. LeRobot -> ORTF copies H.264 packets into ORTF's per-episode MP4s and encodes AV1 (ORTF holds H.264).
 """
 from __future__ import annotations
 
@@ -241,3 +242,22 @@ def test_ortf_source_copied(shared, tmp_path):
     src = sorted((ortf / "videos").rglob("*.mp4"))
     assert len(src) == 3 and packets(out_videos(out, "observation.images.top")) == packets(src)
     assert "3 episodes copied" in report_line(out, "video copy")
+
+
+def test_lerobot_to_ortf_copies_h264_and_encodes_av1(shared, tmp_path):
+    """LeRobot -> ORTF: the H.264 sample's packets are copied into ORTF's per-episode MP4s (frames bit-identical,
+    checked by validation), the AV1 sample is encoded (ORTF holds H.264), the reason in the report."""
+    def to_ortf(sample: str, out: Path) -> str:
+        cfg = load_config(None, FAST, **{"source.url": str(shared / "samples" / sample), "target.url": str(out),
+                                         "target.format": "ortf"})
+        err = io.StringIO()
+        assert run_pipeline(cfg, stderr=err).exit_code == 0, err.getvalue()
+        return report_line(out, "video copy")
+
+    line = to_ortf("lerobot_v21_h264_1cam", tmp_path / "h264")
+    assert "top: 3 episodes copied" in line and "0 encoded" in line
+    src = src_videos(shared / "samples/lerobot_v21_h264_1cam", TOP)
+    assert packets(sorted((tmp_path / "h264" / "videos").rglob("*.mp4"))) == packets(src)
+    assert "PSNR mean 99.0 dB, min 99.0 dB" in report_line(tmp_path / "h264", "sample images")
+    line = to_ortf("lerobot_v30_av1_2cam", tmp_path / "av1")
+    assert "top: 0 episodes copied" in line and "4 encoded (codec libdav1d (copied: h264) (4))" in line

@@ -67,7 +67,8 @@ def _open(enc: EncodedVideo) -> tuple[Any, Any]:
         raise VideoDecodeError(f"cannot open video {enc.path}: {exc}") from exc
 
 
-def _check_stream(enc: EncodedVideo, c: Any, fps: int, where: str) -> tuple[Any, int, str]:
+def _check_stream(enc: EncodedVideo, c: Any, fps: Fraction | int, where: str,
+                  codecs: dict[str, str]) -> tuple[Any, int, str]:
     """The video stream, frame length in ticks and codec name; damage raises, a misfit is NotCopyable."""
     if not c.streams.video:
         raise VideoDecodeError(f"no video stream in {enc.path} ({where})")
@@ -78,9 +79,9 @@ def _check_stream(enc: EncodedVideo, c: Any, fps: int, where: str) -> tuple[Any,
     if (cc.width, cc.height) != (enc.width, enc.height):
         raise VideoDecodeError(f"{enc.path}: video is {cc.width}x{cc.height}, the source declares "
                                f"{enc.width}x{enc.height} ({where})")
-    codec = COPY_CODECS.get(cc.name)
+    codec = codecs.get(cc.name)
     if codec is None:
-        raise NotCopyable(f"codec {cc.name} (copied: h264, hevc, av1)")
+        raise NotCopyable(f"codec {cc.name} (copied: {', '.join(sorted(set(codecs.values())))})")
     if cc.pix_fmt != PIX_FMT:
         raise NotCopyable(f"pixel format {cc.pix_fmt} (copied: {PIX_FMT})")
     ticks = Fraction(1, fps) / s.time_base
@@ -89,14 +90,16 @@ def _check_stream(enc: EncodedVideo, c: Any, fps: int, where: str) -> tuple[Any,
     return s, int(ticks), codec
 
 
-def copy_episode(tmp: str, enc: EncodedVideo, length: int, fps: int, hist: ImageHistogram,
-                 episode: int) -> StreamParams:
+def copy_episode(tmp: str, enc: EncodedVideo, length: int, fps: Fraction | int, hist: ImageHistogram | None,
+                 episode: int, codecs: dict[str, str] = COPY_CODECS) -> StreamParams:
     """Copy one camera's packets of one episode into the MP4 at `tmp` (see the module docstring); returns the
-    stream's parameters. Raises NotCopyable (re-encode) or an EpisodeError (quarantine)."""
+    stream's parameters. The camera statistics go into `hist` (None: only validation's samples are decoded);
+    `codecs` are the decoders whose streams the target takes. Raises NotCopyable (re-encode) or an EpisodeError
+    (quarantine)."""
     where = f"episode {episode}"
     src, c = _open(enc)
     try:
-        s, ticks, codec = _check_stream(enc, c, fps, where)
+        s, ticks, codec = _check_stream(enc, c, fps, where, codecs)
         tb = s.time_base
         params = StreamParams(codec, s.codec_context.width, s.codec_context.height,
                               bytes(s.codec_context.extradata or b""))
@@ -173,11 +176,13 @@ def _check_times(enc: EncodedVideo, rel: list[tuple[int, bool]], base: int, leng
         raise NotCopyable(f"{where}: frames not at exactly k/fps (variable frame rate)")
 
 
-def _wanted(rel: list[tuple[int, bool]], length: int, ticks: int) -> tuple[set[int], set[int]]:
+def _wanted(rel: list[tuple[int, bool]], length: int, ticks: int, stats_too: bool) -> tuple[set[int], set[int]]:
     """(validation's samples: first / middle / last frame, up to STATS_KEYFRAMES keyframes spread like lerobot's
-    statistics sample): the frames decoded; the camera statistics are taken from both."""
+    statistics sample when `stats_too`): the frames decoded; the camera statistics are taken from both."""
     keys = sorted(r // ticks for r, key in rel if key)
     stats: set[int] = set()
+    if not stats_too:
+        return set(sample_indices(length)), stats
     picks = stats_sample_indices(length)
     step = max(1, len(picks) // STATS_KEYFRAMES)
     for i in picks[::step][:STATS_KEYFRAMES]:
@@ -186,11 +191,11 @@ def _wanted(rel: list[tuple[int, bool]], length: int, ticks: int) -> tuple[set[i
     return set(sample_indices(length)), stats
 
 
-def _decode_check(tmp: str, enc: EncodedVideo, rel: list[tuple[int, bool]], length: int, ticks: int, fps: int,
-                  hist: ImageHistogram, where: str) -> None:
+def _decode_check(tmp: str, enc: EncodedVideo, rel: list[tuple[int, bool]], length: int, ticks: int,
+                  fps: Fraction | int, hist: ImageHistogram | None, where: str) -> None:
     """Decode the copied packets holding the wanted frames: the whole group of pictures of each validation sample,
     the keyframe alone of each statistics sample; statistics from all of them."""
-    checks, stats = _wanted(rel, length, ticks)
+    checks, stats = _wanted(rel, length, ticks, hist is not None)
     want = checks | stats
     gop_of: list[int] = []  # decode-order packet -> group of pictures (starts at a keyframe)
     frames_in: dict[int, set[int]] = {}
@@ -224,7 +229,7 @@ def _decode_check(tmp: str, enc: EncodedVideo, rel: list[tuple[int, bool]], leng
     missing = sorted(want - set(got))
     if missing:
         raise VideoDecodeError(f"{enc.path}: {where} frames {missing[:5]} did not decode")
-    for i in sorted(want):
+    for i in sorted(want) if hist is not None else ():
         hist.add(got[i])
 
 
