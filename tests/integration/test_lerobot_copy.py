@@ -12,7 +12,8 @@ fits, in the project venv (the lerobot 0.6.1 loads are in tests/integration/test
 5. a generated v2.1 with H.264, AV1 and HEVC cameras: the copied frames bit-identical, the camera statistics present;
 6. a copied camera is never decoded by the convert stage (its decoding thread never starts);
 7. ORTF (robo-ray's, H.264) -> LeRobot copies the ORTF packets too;
-8. LeRobot -> ORTF copies H.264 packets into ORTF's per-episode MP4s and encodes AV1 (ORTF holds H.264).
+8. LeRobot -> ORTF copies H.264 packets into ORTF's per-episode MP4s and encodes AV1 (ORTF holds H.264);
+9. `--actors 2` (Ray) writes the in-process bytes with copied video.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import pytest
 
 from robo_ray.config import load_config
 from robo_ray.stages.pipeline import run_pipeline
-from tests.conftest import psnr
+from tests.conftest import psnr, run_cli
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 
 pytestmark = pytest.mark.timeout(600)
@@ -261,3 +262,22 @@ def test_lerobot_to_ortf_copies_h264_and_encodes_av1(shared, tmp_path):
     assert "PSNR mean 99.0 dB, min 99.0 dB" in report_line(tmp_path / "h264", "sample images")
     line = to_ortf("lerobot_v30_av1_2cam", tmp_path / "av1")
     assert "top: 0 episodes copied" in line and "4 encoded (codec libdav1d (copied: h264) (4))" in line
+
+
+@pytest.mark.slow
+def test_two_actors_copy_the_in_process_bytes(tmp_path):
+    """`--actors 2` (Ray) writes the bytes the in-process run writes, with copied video (slow: starts Ray)."""
+    spec = DatasetSpec(version="v2.1", episode_lengths=[9, 8, 7, 6], fps=10, cameras=[CameraSpec(TOP, "h264")])
+    src = write_lerobot_dataset(tmp_path / "src", spec)
+    code, err = run(src, tmp_path / "inproc", "plan.min_shards=2")
+    assert code == 0, err
+    r = run_cli("run", str(src), str(tmp_path / "ray"), "--to", "lerobot", "--actors", "2", "--set",
+                "plan.min_shards=2", "--set", "validate.tfds_readback=false", env={"RAY_AUTH_MODE": "disabled"},
+                timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    files = [p.relative_to(tmp_path / "inproc") for top in ("data", "meta", "videos")
+             for p in sorted((tmp_path / "inproc" / top).rglob("*")) if p.is_file()]
+    assert any(str(f).endswith(".mp4") for f in files)
+    for f in files:
+        assert (tmp_path / "ray" / f).read_bytes() == (tmp_path / "inproc" / f).read_bytes(), f
+    assert sum(u[TOP]["copied"] for u in video_summaries(tmp_path / "ray")) == 4
