@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Literal, Sequence, overload
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, overload
 
 import numpy as np
 
@@ -297,13 +297,32 @@ class QuarantineRecord:
 FrameItem = Any  # av.VideoFrame | np.ndarray | bytes
 
 
+@dataclass(frozen=True)
+class EncodedVideo:
+    """One camera's frames of one episode as the source holds them, encoded: a writer whose target can hold that
+    stream as it is may copy its packets instead of iterating the decoded `Frames` (it then never iterates them).
+    Frame k of the episode is the one at `from_timestamp + timestamps[k]` (within `tolerance_s`) in the file's
+    first video stream; frames from `to_timestamp` on belong to other episodes (None: to the end of the file)."""
+
+    path: str  # the file, as messages name it (relative to the source root)
+    open: Callable[[], Any]  # -> a local path or a binary file object; raises VideoMissing when there is none
+    from_timestamp: float
+    to_timestamp: float | None
+    timestamps: np.ndarray  # per step, episode-relative seconds
+    tolerance_s: float
+    height: int
+    width: int
+
+
 class Frames:
     """One camera's frames of one episode, produced lazily: the video is decoded while the writer iterates, so
     memory does not grow with the episode and no writer re-decodes what another encoded. Iterable once; iteration
     raises the episode's error (FrameCountMismatch, TimestampMismatch, ...) where the source turns out bad."""
 
-    def __init__(self, length: int, items: Iterator[FrameItem], shape: tuple[int, ...], dtype: str = "uint8") -> None:
+    def __init__(self, length: int, items: Iterator[FrameItem], shape: tuple[int, ...], dtype: str = "uint8",
+                 encoded: EncodedVideo | None = None) -> None:
         self.length = length
+        self.encoded = encoded  # the source's encoded stream of these frames, when they come from a video
         self.shape = tuple(shape)  # HxWxC of the mapping (after a resize)
         self.dtype = dtype
         self._items: Iterator[FrameItem] | None = items

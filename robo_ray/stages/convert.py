@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 import numpy as np
 
 from robo_ray.activity import ACTIVITY
-from robo_ray.episode import (CanonicalEpisode, Episode, EpisodeRef, Frames, QuarantineRecord, RawFrames,
-                              VideoRef)
+from robo_ray.episode import (CanonicalEpisode, EncodedVideo, Episode, EpisodeRef, Frames, QuarantineRecord,
+                              RawFrames, VideoRef)
 from robo_ray.errors import (DataCorrupt, EpisodeError, FrameCountMismatch, NonFiniteValue, StorageError,
                              TimestampMismatch, VideoDecodeError, VideoMissing)
 from robo_ray.mapping import FieldMap, Mapping
@@ -262,11 +262,31 @@ class UnitConverter:
         ref = ep.videos.get(fm.source)
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")
+        encoded = self._encoded(ep, fm, ref)
         frames = self._decode_video(ep, fm, ref)
         if decodes_in_thread(self.options, self.cpus):
-            # decoded in a thread while the writer encodes (both release the GIL)
-            frames = DecodeAhead(frames, self.options.decode_ahead)
-        return Frames(ep.length, frames, shape, fm.dtype)
+            # decoded in a thread while the writer encodes (both release the GIL); it starts at the first frame
+            # (lazily when the writer may copy the encoded stream instead: then nothing is decoded)
+            frames = DecodeAhead(frames, self.options.decode_ahead) if encoded is None \
+                else DecodeAhead(frames, self.options.decode_ahead, lazy=True)
+        return Frames(ep.length, frames, shape, fm.dtype, encoded)
+
+    def _encoded(self, ep: Episode, fm: FieldMap, ref: VideoRef) -> EncodedVideo | None:
+        """The source's encoded stream of the camera, offered to the writer when the mapping keeps the frames as
+        they are (same size, 8-bit colour): a writer may copy its packets instead of taking decoded frames."""
+        src = getattr(self.reader, "features", {}).get(fm.source)
+        if not getattr(self.writer, "takes_encoded_video", False) or src is None or tuple(src.shape) != tuple(fm.shape) or fm.dtype != "uint8" or fm.shape[2] != 3:
+            return None
+        path, reader = ref.path, self.reader
+
+        def open_source() -> Any:
+            if not reader.exists(path):
+                raise VideoMissing(f"missing video {path} for episode {ep.episode_index} camera {fm.source}")
+            return reader.path(path) if is_local(reader.fs) else reader.open_binary(path)
+
+        ts = ep.timestamps if ep.timestamps is not None else np.arange(ep.length) / self.reader.fps
+        return EncodedVideo(path, open_source, ref.from_timestamp, ref.to_timestamp, np.asarray(ts, np.float64),
+                            self.options.video_tolerance_s, int(fm.shape[0]), int(fm.shape[1]))
 
     def _open_video(self, ep: Episode, fm: FieldMap, ref: VideoRef) -> Any:
         path = ref.path
@@ -340,14 +360,15 @@ class DecodeAhead(Iterator[Any]):
 
     _END = object()
 
-    def __init__(self, frames: Iterator[Any], depth: int) -> None:
+    def __init__(self, frames: Iterator[Any], depth: int, lazy: bool = False) -> None:
         self._frames = frames
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
         self._done = False
         self._activity = ACTIVITY.export()  # the decoding thread reports to the converting thread's watchdog
         self._thread = threading.Thread(target=self._produce, name="robo-ray-decode", daemon=True)
-        self._thread.start()
+        if not lazy:  # lazy: started by the first `next` (never, when the writer does not take the frames)
+            self._thread.start()
 
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
@@ -375,6 +396,8 @@ class DecodeAhead(Iterator[Any]):
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
+        if self._thread.ident is None:
+            self._thread.start()
         item, exc = self._queue.get()
         if exc is not None:
             self._done = True
@@ -388,6 +411,9 @@ class DecodeAhead(Iterator[Any]):
     def close(self) -> None:
         self._stop.set()
         self._done = True
+        if self._thread.ident is None:  # never started: the generator never ran
+            self._frames.close()
+            return
         while self._thread.is_alive():
             try:  # unblock a producer waiting on a full queue
                 self._queue.get(timeout=0.05)

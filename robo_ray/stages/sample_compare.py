@@ -1,5 +1,6 @@
 """The sampled comparison of written episodes with their source: low-dim values exactly, images by PSNR against
-the decoded source frame, language equal (`compare_samples`, `sample_checks`)."""
+the decoded source frame (and bit-identical for cameras a writer copied without re-encoding), language equal
+(`compare_samples`, `sample_checks`)."""
 from __future__ import annotations
 
 import math
@@ -39,6 +40,7 @@ class WrittenSample:
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # target -> (len(idx), per_step)
     images: dict[str, Callable[[int], np.ndarray]] = field(default_factory=dict)  # target -> k -> frame at idx[k]
     language: list[str] | None = None  # at idx
+    exact: set[str] = field(default_factory=set)  # camera targets whose frames must equal the source's (copied)
 
 
 def compare_sample(reader: Reader, mapping: Mapping, ref: EpisodeRef, written: WrittenSample,
@@ -67,6 +69,9 @@ def compare_sample(reader: Reader, mapping: Mapping, ref: EpisodeRef, written: W
             frames = source_frames(reader, ep, fm.source, idx)
             for k, src in enumerate(frames):
                 got = written.images[fm.target](k)
+                if fm.target in written.exact and not np.array_equal(src, got):
+                    out.append(f"episode {ref.episode_index} step {idx[k]}: {fm.target} was copied from the source's "
+                               "encoded stream but does not decode bit-identical to the source's frame")
                 if src.shape != got.shape:
                     src = resize_like(src, got.shape)
                 res.psnr.append(psnr(src, got))

@@ -217,6 +217,9 @@ class Writer(ABC):
     Options: ClassVar[type[WriterOptions]] = WriterOptions
     OUTPUTS: ClassVar[tuple[str, ...]] = ()  # top-level entries of the output root this target writes
     keeps_splits: ClassVar[bool] = True  # writes each episode's split (Unit.split / EpisodeRef.split)
+    # whether `Frames.encoded` (the source's encoded stream) may be used instead of the decoded frames: the
+    # convert stage then offers it and starts decoding a camera only when the writer asks for its first frame
+    takes_encoded_video: bool = False
 
     def __init__(self, out_url: str, mapping: "Mapping", storage_options: dict[str, Any] | None = None,
                  options: dict[str, Any] | None = None) -> None:

@@ -72,7 +72,8 @@ def v21(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def converted(v21, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("lrw_out") / "out"
-    outcome = _run(v21, out, "plan.min_shards=3")
+    # the encoder's output (settings in info.json); copied video: tests/integration/test_lerobot_copy.py
+    outcome = _run(v21, out, "plan.min_shards=3", "target.options.reencode=true")
     assert outcome.exit_code == 0, outcome.message
     return out
 
@@ -339,6 +340,7 @@ def test_sigkill_then_resume_gives_the_same_bytes(quarantine_src, tmp_path):
 def test_two_actors_write_the_in_process_bytes(v21, converted, tmp_path):
     out = tmp_path / "ray"
     r = run_cli("run", str(v21), str(out), "--to", "lerobot", "--actors", "2", "--set", "plan.min_shards=3",
-                "--set", "validate.tfds_readback=false", env={"RAY_AUTH_MODE": "disabled"}, timeout=600)
+                "--set", "validate.tfds_readback=false", "--set", "target.options.reencode=true",
+                env={"RAY_AUTH_MODE": "disabled"}, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert _files(out) == _files(converted)

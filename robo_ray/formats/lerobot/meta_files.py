@@ -12,6 +12,7 @@ from robo_ray.formats.lerobot.layout import Feature
 from robo_ray.formats.lerobot.paths import BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, INFO, STATS, TASKS, VIDEO_PATH
 from robo_ray.formats.lerobot.stats import Agg, image_stats, merge_aggs, merge_image_json, stats_json
 from robo_ray.formats.lerobot.trainer_meta import MODALITY, modality_json
+from robo_ray.formats.lerobot.unit_copies import copied_camera_info
 from robo_ray.readers.base import Inventory
 from robo_ray.writers.base import UnitResult
 
@@ -52,7 +53,7 @@ def info_json(w: "LeRobotWriter", inv: Inventory | None, episodes: int, frames: 
     for f in w.layout.features:
         d: dict[str, Any] = {"dtype": f.dtype, "shape": list(f.shape), "names": names_of(f, inv)}
         if f.kind == "video":
-            d["info"] = w.settings.info(f.shape[0], f.shape[1])
+            d["info"] = copied_camera_info(w.settings.info(f.shape[0], f.shape[1]), f.key, results or [])
         feats[f.key] = d
     o = w.options
     robot = o.robot_type or (inv.robot_type if inv is not None else None)

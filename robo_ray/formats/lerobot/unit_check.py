@@ -13,7 +13,8 @@ the numbering the unit's ledger entry carries (`extra["numbering"]`: episode / r
   exactly k/fps; the first / middle / last frame of every episode decoded at from_timestamp + k/fps within lerobot's
   tolerance (1e-4 s, strict);
 * the sampled episodes (`ctx.sample_ids`) compared with the source (robo_ray.stages.sample_compare.compare_samples:
-  low-dim exact, images by PSNR, language through the unit's task ids).
+  low-dim exact, images by PSNR, language through the unit's task ids; a camera whose packets the unit copied
+  from the source (`extra["videos"]`) must decode bit-identical to the source's frames).
 """
 from __future__ import annotations
 
@@ -233,7 +234,8 @@ class LeRobotUnitVerifier:
                 h, w = cam.shape[:2]
                 if (cc.width, cc.height) != (w, h) or cc.pix_fmt != PIX_FMT:
                     problems.append(f"{rel}: {cc.width}x{cc.height} {cc.pix_fmt}, the features say {w}x{h} {PIX_FMT}")
-                codec = ENCODERS[self.writer.options.vcodec][1]
+                copied = _copied(u, cam.key)
+                codec = copied or ENCODERS[self.writer.options.vcodec][1]
                 if s.codec.name != codec and not (codec == "av1" and s.codec.name in AV1_DECODERS):
                     problems.append(f"{rel}: codec {s.codec.name}, written as {codec}")
                 ticks = Fraction(1, fps) / s.time_base
@@ -304,8 +306,16 @@ class LeRobotUnitVerifier:
                 fm = self.layout.camera_maps[cam.key]
                 ws.images[fm.target] = (lambda j, g=frames[(k, cam.key)], ch=fm.shape[2]:
                                         g[j] if ch == 3 else g[j][:, :, :1])
+                if _copied(u, cam.key):
+                    ws.exact.add(fm.target)
             out[u.sources[k]] = ws
         return out
+
+
+def _copied(u: UnitView, key: str) -> str | None:
+    """The codec of the camera's MP4 in this unit when its packets were copied from the source, else None."""
+    v = ((u.r.extra or {}).get("videos") or {}).get(key) or {}
+    return v.get("codec") if v.get("mode") == "copy" and v.get("copied") else None
 
 
 def _flat(column: pa.ChunkedArray) -> np.ndarray:

@@ -14,6 +14,7 @@ from robo_ray.formats.lerobot.language import frame_rows
 from robo_ray.formats.lerobot.parquet import arrow_column, parquet_bytes, parquet_writer
 from robo_ray.formats.lerobot.paths import DATA_PATH, EPISODES_PATH, VIDEO_PATH, file_rel
 from robo_ray.formats.lerobot.stats import Agg, STAT_KEYS, array_stats, image_stats_json, merge_image_json, to_list
+from robo_ray.formats.lerobot.unit_copies import CameraState, UnitCopies, reencode_video, settle
 from robo_ray.formats.lerobot.video_encode import ImageHistogram, UnitVideo, encode_episode
 from robo_ray.stages.plan import Unit
 from robo_ray.writers.base import UnitResult, UnitSink
@@ -54,6 +55,7 @@ class EpisodeFileSink(UnitSink):
         self._planned = dict(getattr(unit, "task_ids", ()))
         self._planned_tasks = getattr(unit, "planned_tasks", 0)
         self._broken: BaseException | None = None
+        self.copies = UnitCopies(w.options.reencode, w.fps)  # per camera: copied or re-encoded, and why
         self._done = False
 
     # ---- episodes ----------------------------------------------------------------------------------------------
@@ -66,25 +68,42 @@ class EpisodeFileSink(UnitSink):
             raise DataCorrupt(f"episode {episode.episode_index}: {len(episode.language)} instructions for {n} steps")
         columns = self._columns(episode)
         encoded: list[tuple[str, str, ImageHistogram]] = []
+        decisions: dict[str, CameraState] = {}  # per camera: copied or encoded (applied with the episode)
         try:
             for cam in w.layout.cameras:
                 tmp = self.files.new_temp(self.video_rels[cam.key], "-episode")
                 hist = ImageHistogram(3)
                 encoded.append((cam.key, tmp, hist))
-                h, wd = cam.shape[:2]
-                encode_episode(tmp, episode.cameras[cam.targets[0]], n, h, wd, w.settings, hist)
+                frames = episode.cameras[cam.targets[0]]
+                decisions[cam.key] = self.copies.decide(cam.key, tmp, frames, n, hist, episode.episode_index)
+                if decisions[cam.key].mode != "copy":
+                    h, wd = cam.shape[:2]
+                    encode_episode(tmp, frames, n, h, wd, w.settings, hist)
         except BaseException:
             for _, tmp, _ in encoded:
                 remove_file(tmp)
             raise
         try:  # every camera is encoded: from here on the episode goes into the unit's files
-            self._append(episode, columns, encoded)
+            for cam in w.layout.cameras:
+                if decisions[cam.key].switch:  # the unit's camera held copied episodes: re-encode them too
+                    self._reencode_camera(cam)
+            self._append(episode, columns, encoded, decisions)
         except BaseException as exc:  # the unit's files may hold part of the episode: the unit cannot commit
             self._broken = exc
             raise
         finally:
             for _, tmp, _ in encoded:
                 remove_file(tmp)
+
+    def _reencode_camera(self, cam: Any) -> None:
+        """Re-encode the camera's episodes the unit copied so far (`unit_copies.reencode_video`); a failure here
+        leaves the unit's MP4 unusable (the caller marks the unit broken)."""
+        video = self._videos.get(cam.key)
+        if video is not None:
+            rel = self.video_rels[cam.key]
+            self._videos[cam.key] = reencode_video(
+                video, [e["length"] for e in self._extra_eps], lambda tag: self.files.new_temp(rel, tag),
+                cam.shape[0], cam.shape[1], self.writer.settings)
 
     def _columns(self, ep: CanonicalEpisode) -> dict[str, Any]:
         """The episode's data columns (everything but the bookkeeping and the task ids)."""
@@ -123,8 +142,8 @@ class EpisodeFileSink(UnitSink):
                 self._provisional += 1
         return self._tasks[task]
 
-    def _append(self, ep: CanonicalEpisode, columns: dict[str, Any],
-                encoded: list[tuple[str, str, ImageHistogram]]) -> None:
+    def _append(self, ep: CanonicalEpisode, columns: dict[str, Any], encoded: list[tuple[str, str, ImageHistogram]],
+                decisions: dict[str, CameraState]) -> None:
         w, n = self.writer, ep.length
         e, i0 = self.next_episode, self.next_index
         lang = [str(t) for t in ep.language]
@@ -144,6 +163,7 @@ class EpisodeFileSink(UnitSink):
             if video is None:
                 video = self._videos[key] = UnitVideo(self.files.temp(self.video_rels[key]), w.fps)
             t0, t1 = video.append(tmp, n)
+            self.copies.apply(key, decisions[key])
             row.update({f"videos/{key}/chunk_index": self.chunk_index, f"videos/{key}/file_index": self.file_index,
                         f"videos/{key}/from_timestamp": t0, f"videos/{key}/to_timestamp": t1})
         table = pa.Table.from_arrays([arrow_column(columns[f.key], f, n) for f in w.layout.data_features],
@@ -187,8 +207,8 @@ class EpisodeFileSink(UnitSink):
             if self._rows:
                 self._pq.close()  # type: ignore[union-attr]
                 self._pq = None
-                for v in self._videos.values():
-                    v.close()
+                for key, v in self._videos.items():
+                    settle(v, self.files.temp(self.video_rels[key]))
                 meta = parquet_bytes(pa.Table.from_pylist(self._rows, schema=w.episodes_schema))
                 with open(self.files.temp(self.meta_rel), "wb") as f:
                     f.write(meta)
@@ -220,7 +240,7 @@ class EpisodeFileSink(UnitSink):
                 "numbering": {"episode_offset": getattr(self.unit, "episode_offset", 0),
                               "index_offset": getattr(self.unit, "index_offset", 0),
                               "task_ids": [self._tasks[t] for t in tasks]},
-                "stats": stats}
+                "stats": stats, "videos": self.copies.summary()}
 
     def _close_all(self) -> None:
         if self._pq is not None:
@@ -229,11 +249,13 @@ class EpisodeFileSink(UnitSink):
             except Exception:  # noqa: BLE001 - being thrown away
                 pass
             self._pq = None
-        for v in self._videos.values():
+        for key, v in self._videos.items():
             try:
                 v.close()
             except Exception:  # noqa: BLE001
                 pass
+            if v.path != self.files.temp(self.video_rels[key]):  # a re-encoded camera's MP4 (not staged)
+                remove_file(v.path)
 
     def abort(self) -> None:
         self._done = True

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from robo_ray.formats.lerobot.paths import CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS, TASKS, VIDEO_PATH
 from robo_ray.formats.lerobot.trainer_meta import MODALITY, NORM_STATS, modality_json, openpi_norm_stats, slice_problems
 from robo_ray.formats.lerobot.unit_check import LeRobotUnitVerifier
+from robo_ray.formats.lerobot.unit_copies import copy_summary
 from robo_ray.formats.lerobot.unit_view import (BOOKKEEPING_COLUMNS, UnitView, meta_problems, numbering_problems,
                                                 problem_detail)
 from robo_ray.stages.check_records import UnitChecks, ValidationResult
@@ -77,6 +78,8 @@ class LeRobotVerifier(LeRobotUnitVerifier):
             res.add("videos", True, f"{n.get('videos', 0)} MP4s: one packet per frame at exactly k/fps; "
                     f"{n.get('frames_decoded', 0)} frames (first/middle/last of every episode) decoded within 1e-4 s "
                     "of lerobot's query time")
+        if self.layout.cameras and units:
+            res.add("video copy", True, "; ".join(copy_summary(cam.key, units) for cam in self.layout.cameras))
         if not any(c.name.startswith("checksum ") for c in res.checks) and units:
             res.add("checksums", True, "every unit file's sha256 equals the ledger (re-read after its commit)")
         nonfinite = n.get("nonfinite", 0)

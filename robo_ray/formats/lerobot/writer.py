@@ -14,7 +14,9 @@ Feature naming: robo_ray/formats/lerobot/layout.py. Numbering (finalize renumber
 robo_ray/formats/lerobot/finalize.py.
 
 Video: see robo_ray/formats/lerobot/video_encode.py (one encode per camera per episode, stream-copied into the
-unit's MP4: frame k of an episode sits at from_timestamp + k/fps exactly). Statistics: robo_ray/formats/lerobot/
+unit's MP4: frame k of an episode sits at from_timestamp + k/fps exactly). A source camera whose encoded stream
+already fits is copied packet for packet instead (video_copy.py; per camera and unit, unit_copies.py), unless
+`target.options.reencode=true`. Statistics: robo_ray/formats/lerobot/
 stats.py (per episode in meta/episodes, mergeable per unit in the ledger, merged into meta/stats.json).
 """
 from __future__ import annotations
@@ -51,6 +53,7 @@ class LeRobotOptions(WriterOptions):
     data_files_size_in_mb: int = Field(100, gt=0)
     video_files_size_in_mb: int = Field(200, gt=0)
     robot_type: str | None = None  # default: the source's
+    reencode: bool = False  # True: never copy a source's encoded video, decode and encode every camera
 
 
 class LeRobotWriter(Writer):
@@ -77,6 +80,11 @@ class LeRobotWriter(Writer):
             raise ConfigError("the LeRobot writer has no frame rate: the driver sets target.options.fps from the "
                               "source (Writer.unit_options); pass --set target.options.fps=N")
         return int(self.options.fps)
+
+    @property
+    def takes_encoded_video(self) -> bool:  # type: ignore[override]
+        """Copies a source's encoded video that fits (formats/lerobot/video_copy.py) unless told to re-encode."""
+        return not self.options.reencode
 
     @property
     def settings(self) -> VideoSettings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import pyarrow as pa
 
 from robo_ray.episode import CanonicalEpisode, Frames
 from robo_ray.errors import FrameCountMismatch
+from robo_ray.formats.lerobot.video_copy import NotCopyable, copy_episode
 from robo_ray.formats.ortf.layout import chunk_name, episode_id, parquet_bytes, steps_schema
 from robo_ray.formats.ortf.video_encode import VideoEncoder
 from robo_ray.stages.plan import Unit
@@ -21,6 +23,10 @@ from robo_ray.writers.unit_files import UnitFiles
 
 if TYPE_CHECKING:
     from robo_ray.formats.ortf.writer import OrtfWriter
+
+ORTF_CODECS = {"h264": "h264"}  # what ORTF's manifest says its colour videos are
+REENCODE_FORCED = "target.options.reencode=true or lossless=true"
+NOT_VIDEO = "the source's frames are not a video the target can take as it is (images, resized or converted)"
 
 
 def _column(arr: np.ndarray, t: pa.DataType) -> pa.Array:
@@ -75,6 +81,7 @@ class ChunkSink(UnitSink):
         self._multi_task = False
         self._sums: dict[str, _Sums] = {}
         self._rows: list[dict[str, Any]] = []
+        self._reencoded: dict[str, dict[str, int]] = {}  # camera -> why an episode was encoded -> episodes
 
     # ---- episodes ---------------------------------------------------------------------------------------------
     def add(self, episode: CanonicalEpisode) -> None:
@@ -83,12 +90,16 @@ class ChunkSink(UnitSink):
         w, n, idx = self.writer, episode.length, episode.episode_index
         fps = w.fps()  # resolved from the source by the driver (unit_options) into every worker's options
         made: list[str] = []
+        copied: dict[str, str | None] = {}  # camera -> None (copied) or why it was encoded
         try:
             for cam, fm in w.layout.cameras.items():
                 rel = w.video_rel(cam, self.chunk, idx)
                 tmp = self.files.temp(rel)
                 made.append(rel)
                 frames: Frames = episode.cameras[fm.target]
+                copied[cam] = self._copy(tmp, frames, n, fps, idx) if fm.dtype != "uint16" else "depth"
+                if copied[cam] is None:
+                    continue
                 enc = VideoEncoder(fps, fm.dtype == "uint16", w.options.lossless, w.options.crf, self._resize)
                 count = enc.encode(tmp, frames)
                 if count != n:
@@ -111,8 +122,24 @@ class ChunkSink(UnitSink):
                 self._sums.setdefault(col, _Sums()).add(arr.reshape(n, -1))
         self._rows.append({"index": idx, "length": n, "tasks": distinct,
                            "videos": {cam: w.video_rel(cam, self.chunk, idx) for cam in w.layout.cameras},
-                           "meta": json.dumps(episode.metadata, sort_keys=True, default=str)})
+                           "meta": json.dumps(episode.metadata, sort_keys=True, default=str),
+                           "copied": [cam for cam, why in copied.items() if why is None]})
+        for cam, why in copied.items():
+            if why is not None:
+                self._reencoded.setdefault(cam, {}).setdefault(why, 0)
+                self._reencoded[cam][why] += 1
         self.result.episodes.append((idx, n))
+
+    def _copy(self, tmp: str, frames: Frames, n: int, fps: float, idx: int) -> str | None:
+        """Copy the source's H.264 packets of the camera into the episode's MP4 when they fit (None), else say why
+        it is encoded (lerobot/video_copy.py decides; damage raises, the episode is quarantined)."""
+        if frames.encoded is None or not self.writer.takes_encoded_video or self._resize is not None:
+            return REENCODE_FORCED if self.writer.options.reencode or self.writer.options.lossless else NOT_VIDEO
+        try:
+            copy_episode(tmp, frames.encoded, n, Fraction(fps).limit_denominator(1001), None, idx, ORTF_CODECS)
+        except NotCopyable as exc:
+            return str(exc)
+        return None
 
     def _episode_table(self, ep: CanonicalEpisode, fps: float) -> tuple[pa.Table, list[str]]:
         w, n = self.writer, ep.length
@@ -159,7 +186,8 @@ class ChunkSink(UnitSink):
         self.result.files = videos
         self.result.extra = {"chunk": self.chunk, "episodes": self._rows,
                              "step_tasks": list(self._local_tasks) if self._multi_task else [],
-                             "stats": {col: s.to_dict() for col, s in self._sums.items()}}
+                             "stats": {col: s.to_dict() for col, s in self._sums.items()},
+                             "reencoded": self._reencoded}
         return self.result
 
     def _chunk_table(self) -> pa.Table:

@@ -210,6 +210,8 @@ class OrtfUnitVerifier:
             if written is not None:
                 depth = fm.dtype == "uint16"
                 written.images[fm.target] = _image_fn(frames, depth, fm.shape[2])
+                if cam in row.get("copied", ()):  # the source's packets: frames bit-identical to its own
+                    written.exact.add(fm.target)
         if written is not None:
             for target in self.layout.columns:
                 written.tensors[target] = values[target][idx]

@@ -91,6 +91,8 @@ class OrtfVerifier(OrtfUnitVerifier):
                     "after its commit)")
         if n.get("videos") and not any(name.endswith(".mp4") for name in self.bad):
             res.add("videos", True, f"{n['videos']} MP4s: frame counts and sizes as the steps, first frames decode")
+        if n.get("videos"):
+            res.add("video copy", True, _copy_line(results, list(self.writer.layout.cameras)))
         nonfinite = n.get("nonfinite", 0)
         res.add("nan/inf", nonfinite == 0 or self.ctx.allow_nonfinite, f"NaN/Inf values: {nonfinite}"
                 + (" (allowed by convert.nan_policy=allow)" if nonfinite and self.ctx.allow_nonfinite else ""))
@@ -305,3 +307,18 @@ class OrtfVerifier(OrtfUnitVerifier):
         res.add("ortf read-back", counts and not errors,
                 f"the ORTF reader finds {inv.episodes_count} episodes / {inv.total_steps} steps{loaded}"
                 + (f"; errors: {'; '.join(errors[:5])}" if errors else ""))
+
+
+def _copy_line(results: list[UnitResult], cams: list[str]) -> str:
+    """Per camera: episodes whose source packets were copied, episodes encoded and why (the units' ledger rows)."""
+    parts = []
+    for cam in cams:
+        copied = sum(cam in (e.get("copied") or ()) for r in results for e in r.extra.get("episodes", []))
+        why: dict[str, int] = {}
+        for r in results:
+            for reason, k in (r.extra.get("reencoded") or {}).get(cam, {}).items():
+                why[reason] = why.get(reason, 0) + int(k)
+        reasons = "; ".join(f"{r} ({k})" for r, k in list(why.items())[:3])
+        parts.append(f"{cam}: {copied} episodes copied (packets as the source encoded them), "
+                     f"{sum(why.values())} encoded" + (f" ({reasons})" if reasons else ""))
+    return "; ".join(parts)

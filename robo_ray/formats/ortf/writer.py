@@ -58,6 +58,7 @@ class OrtfOptions(WriterOptions):
     fps: float | None = Field(None, gt=0, le=10_000)  # default: the source's rate
     created_at: str | None = None  # manifest created_at (default: now); fixed for deterministic manifests
     name: str | None = None  # manifest name (default: the source's dataset name)
+    reencode: bool = False  # True: never copy a source's H.264 packets, decode and encode every camera
 
     @field_validator("created_at", mode="before")
     @classmethod
@@ -93,6 +94,11 @@ class OrtfWriter(Writer):
         return [MANIFEST]
 
     # ---- options ------------------------------------------------------------------------------------------------
+    @property
+    def takes_encoded_video(self) -> bool:  # type: ignore[override]
+        """Copies a source's H.264 video that fits (formats/lerobot/video_copy.py) unless told to re-encode."""
+        return not (self.options.reencode or self.options.lossless)
+
     def fps(self, inv: Inventory | None = None) -> float:
         """The output's frame rate: target.options.fps, else the inventory's; refused when neither is known."""
         source_fps = (inv.fps or 0.0) if inv is not None else 0.0
