@@ -143,11 +143,12 @@ def verified_payload(framed: bytes) -> bytes:
 
 
 def record_example(read_range: Callable[[int, int], bytes], open_file: Callable[[], BinaryIO], offset: int,
-                   length: int, stream_over: int = STREAM_RECORDS_OVER) -> dict[str, Any]:
+                   length: int, stream_over: int | None = None) -> dict[str, Any]:
     """The Example of the one record framed in the file's bytes [offset, offset + length), both CRCs checked
     (ValueError otherwise). Up to `stream_over` bytes: one ranged read, parsed in memory. Larger (a long episode's
     frames): parsed as it streams from the file, so the decoded items are the only copy held, not the framed bytes
     and the payload besides (3x the record: 744 MB peak RSS for a 200 MB record, docs/NOTES.md)."""
+    stream_over = STREAM_RECORDS_OVER if stream_over is None else stream_over
     if length - 16 <= stream_over:
         return decode_example(verified_payload(read_range(offset, length)))
     with open_file() as f:
