@@ -251,7 +251,9 @@ def robo_run(src: str, dst: Path, mode: str, max_episodes: int | None = None, se
     res["window_seconds"] = last - first if first is not None and last is not None else None
     res.update({"episodes": len(eps), "steps": steps, "video_cameras": cams, "frames": steps * max(cams, 1),
                 "quarantined": sum(len(sh.get("quarantined", [])) for sh in ledger["shards"]),
-                "units": len(ledger["shards"]), "output_bytes": sum(sh["num_bytes"] for sh in ledger["shards"])})
+                "units": len(ledger["shards"]),  # a unit's main file and its other files (LeRobot's MP4s)
+                "output_bytes": sum(sh["num_bytes"] + sum(int(f["num_bytes"]) for f in sh.get("files", []))
+                                    for sh in ledger["shards"])})
     shutil.rmtree(dst, ignore_errors=True)
     for p in (log_out, log_err):
         p.unlink(missing_ok=True)

@@ -332,9 +332,10 @@ def test_robomimic_findings(tmp_path: Path) -> None:
 
 def test_aloha_long_episode_converts_in_bounded_memory(tmp_path: Path) -> None:
     """A 1,000-step 4-camera 480x640 ALOHA episode through `robo-ray run` to RLDS (in-process) in a fresh Python:
-    its peak RSS stays under half of what its frames take decoded (3.7 GB, computed here), so they are streamed in
-    chunks, never held whole. (It is not flat in the episode's length: 293 MB at 250 steps, 738 MB at 1,000 here,
-    the episode's encoded record included; bench/ measures the absolute peak.)"""
+    its peak RSS stays under a sixth of what its frames take decoded (3.5 GB, computed here), so they are streamed
+    in chunks, never held whole. (It is not flat in the episode's length: report.html's read-back holds the written
+    record's 200 MB once, 370 MB in all; it held it 3x, 738 MB, before the reader streamed long records;
+    `bench.memory --recordings` measures the absolute peak.)"""
     import subprocess
     import sys
 
@@ -356,7 +357,7 @@ def test_aloha_long_episode_converts_in_bounded_memory(tmp_path: Path) -> None:
     steps, cameras, h, w = 1000, 4, 480, 640
     decoded_kb = steps * cameras * h * w * 3 >> 10
     peak = peak_kb(steps)
-    assert peak < decoded_kb / 2, f"peak RSS {peak >> 10} MB; the decoded frames take {decoded_kb >> 10} MB"
+    assert peak < decoded_kb / 6, f"peak RSS {peak >> 10} MB; the decoded frames take {decoded_kb >> 10} MB"
 
 
 @pytest.mark.parametrize("name", ["libero", "aloha-real-jpeg", "act-sim-raw"])

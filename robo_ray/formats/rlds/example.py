@@ -166,10 +166,11 @@ class SparseBytes:
 class _Walker:
     """Reads the grammar above from `r`. Positions are `remaining` values of `r` (a message ends where `remaining`
     reaches its `end`); error offsets are `base` + bytes read. With `big` set (streaming), a BytesList over `big`
-    bytes becomes a SparseBytes and entries up to `big` bytes are read whole and walked in memory."""
+    bytes becomes a SparseBytes (with `sparse` False: its items, read one at a time) and entries up to `big` bytes are
+    read whole and walked in memory."""
 
-    def __init__(self, r: _Reader, big: int | None = None, base: int = 0) -> None:
-        self.r, self.big, self.base = r, big, base
+    def __init__(self, r: _Reader, big: int | None = None, base: int = 0, sparse: bool = True) -> None:
+        self.r, self.big, self.base, self.sparse = r, big, base, sparse
         self.start = r.remaining
 
     @property
@@ -271,7 +272,7 @@ class _Walker:
             n = self.length(end, "feature map entry")
             if self.big is not None and n <= self.big and not isinstance(self.r, _Memory):
                 at = self.pos
-                key, value = _Walker(_Memory(self.read(n, end)), self.big, at).entry(n, out)
+                key, value = _Walker(_Memory(self.read(n, end)), self.big, at, self.sparse).entry(n, out)
             else:
                 key, value = self.entry(n, out)
             out[key] = value
@@ -316,7 +317,7 @@ class _Walker:
             return self.numbers(n, 5, "<f4")
         if field == 3:
             return self.numbers(n, 0, "varint")
-        if self.big is not None and n > self.big:
+        if self.big is not None and n > self.big and self.sparse:
             steps = out.get("steps/is_first")
             return self.bytes_list(n, {0} | ({len(steps) // 2} if steps is not None and len(steps) else set()))
         return self.bytes_list(n, None)
@@ -409,10 +410,12 @@ def decode_example(data: bytes) -> dict[str, np.ndarray | list[bytes]]:
     return out
 
 
-def decode_example_stream(r: _Reader, big: int = 16 << 20) -> dict[str, Any]:
+def decode_example_stream(r: _Reader, big: int = 16 << 20, sparse: bool = True) -> dict[str, Any]:
     """Parse a tf.train.Example read from `r` (a RecordStream) without holding it: features up to `big` bytes are
-    decoded as by `decode_example`; larger BytesLists (camera frames) become SparseBytes. The Example is all of `r`
-    (read to its end). Malformed input raises CorruptRecord, as `decode_example` does on the same bytes."""
+    decoded as by `decode_example`; larger BytesLists (camera frames) become SparseBytes, or with `sparse` False
+    lists of their items read one at a time (the items are then the only copy of the record's bytes held). The
+    Example is all of `r` (read to its end). Malformed input raises CorruptRecord, as `decode_example` does on the
+    same bytes."""
     out: dict[str, Any] = {}
-    _Walker(r, big).example(out)
+    _Walker(r, big, sparse=sparse).example(out)
     return out

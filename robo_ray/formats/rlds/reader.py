@@ -45,8 +45,8 @@ from robo_ray.formats.rlds.features import Leaf, Unsupported, parse_features
 from robo_ray.formats.rlds.leaf_specs import build_specs, meta_type
 from robo_ray.formats.rlds.leaf_values import (decode_numbers, decode_strings, image_frames, image_info,
                                                metadata_value, n_values)
-from robo_ray.formats.rlds.record_walk import (Malformed, Window, count_values, entries, first_item, record_length,
-                                               verified_payload)
+from robo_ray.formats.rlds.record_walk import (Malformed, Window, count_values, entries, first_item, record_example,
+                                               record_length, verified_payload)
 from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Finding, Inventory, MetaType, ScanTask, held_fps, spread
 from robo_ray.readers.naming import TASK_NAME
 from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count
@@ -462,12 +462,10 @@ class RldsReader(BaseReader):
         if length - 16 > MAX_RECORD_BYTES:
             raise EpisodeTooLarge(f"{where}: a record of {length} bytes is over the {MAX_RECORD_BYTES}-byte limit")
         try:
-            framed = self._read_range(ref.data_path, offset, length)
+            flat = record_example(lambda at, n: self._read_range(ref.data_path, at, n),
+                                  lambda: self.open_binary(ref.data_path), offset, length)
         except FileNotFoundError as exc:
             raise DataMissing(f"{where}: the shard is missing") from exc
-        try:
-            payload = verified_payload(framed)
-            flat = decode_example(payload)
         except (ValueError, IndexError) as exc:  # framing/CRC, or a malformed Example
             raise DataCorrupt(f"{where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
         steps = self._steps_of(flat, where)

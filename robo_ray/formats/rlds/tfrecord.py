@@ -6,6 +6,7 @@ takes untrusted bytes: anything malformed raises `CorruptRecord` (a ValueError),
 allocation."""
 from __future__ import annotations
 
+import os
 import struct
 from typing import BinaryIO, Iterable, Iterator
 
@@ -14,6 +15,9 @@ import crc32c
 from robo_ray.formats.rlds.errors import CorruptRecord
 
 _MASK_DELTA = 0xA282EAD8
+# Records (episodes) larger than this are parsed as they stream from their file (Validate, the reader): memory then
+# holds the decoded values only, whatever the episode's length. The variable lets tests stream small records.
+STREAM_RECORDS_OVER = int(os.environ.get("ROBO_RAY_STREAM_RECORDS_OVER", 64 << 20))
 
 
 def _mask(c: int) -> int:

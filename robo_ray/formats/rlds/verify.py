@@ -15,7 +15,7 @@ from robo_ray.errors import EpisodeError
 from robo_ray.formats.rlds.example import decode_example, decode_example_stream
 from robo_ray.formats.rlds.readback import ReadbackUnavailable, readback_process
 from robo_ray.formats.rlds.schema import shard_filename
-from robo_ray.formats.rlds.tfrecord import iter_records
+from robo_ray.formats.rlds.tfrecord import STREAM_RECORDS_OVER, iter_records
 from robo_ray.images import decode_image
 from robo_ray.stages.check_records import UnitCheck, UnitChecks, ValidationResult
 from robo_ray.stages.norm_stats import StatsAccumulator
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 DATASET_INFO_KEYS = {"citation", "description", "fileFormat", "moduleName", "name", "releaseNotes", "splits",
                      "version", "location", "redistributionInfo", "downloadSize", "configName", "configDescription",
                      "supervisedKeys", "schema", "sizeInBytes", "alternativeFileFormats"}
-# Records (episodes) larger than this are parsed as a stream: memory stays bounded whatever the episode length.
-STREAM_RECORDS_OVER = int(os.environ.get("ROBO_RAY_STREAM_RECORDS_OVER", 64 << 20))
 
 
 def _leaf_shapes(mapping: Any) -> dict[str, tuple[str, list[int]]]:
