@@ -35,7 +35,7 @@ def read(url: str, *, format: str | None = None, granularity: str = "episode", c
 
 def write(ds: Any, dst: str, **kwargs: Any) -> Any:
     """Write a Dataset of episode rows (`read`'s, after any map / filter / union) to `dst`; see
-    `robo_ray.data.write.write_dataset` for the options. Returns the run's `RunOutcome`."""
-    from robo_ray.data.write import write_dataset
+    `robo_ray.data.write_job.write_dataset` for the options. Returns the run's `RunOutcome`."""
+    from robo_ray.data.write_job import write_dataset
 
     return write_dataset(ds, dst, **kwargs)

@@ -11,6 +11,7 @@ one warning line naming its file and episode; as an episode row it is kept with 
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from typing import Any, Iterable, Iterator, Sequence
@@ -25,6 +26,7 @@ from robo_ray.errors import ConfigError, EpisodeError
 from robo_ray.mapping import Mapping, default_mapping
 from robo_ray.ray_exec.scan import SourceOpener
 from robo_ray.readers import open_reader
+from robo_ray.readers.base import Inventory
 from robo_ray.secrets import redact_url
 from robo_ray.stages.convert import ConvertOptions, UnitConverter
 from robo_ray.stages.plan import Unit, estimate_episode_bytes, plan_units
@@ -54,12 +56,9 @@ class SourceDatasource(Datasource):
         self.features = inv.features
         self.refs = RefTable(r for r in inv.refs if splits is None or (r.split or "train") in set(splits))
         mapping = default_mapping(inv)
-        known = {fm.target for fm in mapping.steps}
-        unknown = sorted(set(columns or ()) - known)
-        if unknown:
-            raise ConfigError(f"read: {url} has no feature {', '.join(map(repr, unknown))} (it has "
-                              f"{', '.join(sorted(known))})")
-        layout = RowLayout(mapping, decode_images, frozenset(columns) if columns is not None else None)
+        if columns is not None:
+            inv, mapping = _only(inv, mapping, columns, url)
+        layout = RowLayout(mapping, decode_images)
         source = redact_url(url)
         self.job = _ReadJob(SourceOpener(url, inv.source_format, dict(storage_options or {}), dict(reader_options)),
                             mapping.model_dump_json(), layout, source, SourceSpec.of(inv, source).to_json(),
@@ -86,6 +85,24 @@ class SourceDatasource(Datasource):
 
     def get_name(self) -> str:
         return f"RoboRay({self.source_format})"
+
+
+def _only(inv: Inventory, mapping: Mapping, columns: Sequence[str], url: str) -> tuple[Inventory, Mapping]:
+    """The source as if it held only the features `columns` names (canonical names): rows, the source's
+    description and so `write`'s mapping leave the others out (e.g. to union sources that share only those)."""
+    known = {fm.target: fm.source for fm in mapping.steps}
+    unknown = sorted(set(columns) - set(known))
+    if unknown:
+        raise ConfigError(f"read: {url} has no feature {', '.join(map(repr, unknown))} (it has "
+                          f"{', '.join(sorted(known))})")
+    drop = {src for target, src in known.items() if target not in set(columns)}
+    kept = copy.copy(inv)
+    kept.features = {k: f for k, f in inv.features.items() if k not in drop}
+    narrowed = default_mapping(kept)
+    if {fm.target for fm in narrowed.steps} != set(columns):  # camera names depend on the cameras present
+        raise ConfigError(f"read: keeping only {sorted(columns)} of {url} renames its features to "
+                          f"{sorted(fm.target for fm in narrowed.steps)}; keep all its cameras or none")
+    return kept, narrowed
 
 
 class _ReadJob:

@@ -32,21 +32,16 @@ assert set(_STEP_SOURCES) == set(SOURCE_ROLES.values())
 
 @dataclass(frozen=True)
 class RowLayout:
-    """Which columns a row has: the mapping's tensors and cameras (`columns`: the ones asked for, None = all) and
-    whether cameras are decoded."""
+    """Which columns a row has (the mapping's tensors and cameras) and whether cameras are decoded."""
 
     mapping: Mapping
     decode_images: bool = False
-    columns: frozenset[str] | None = None
-
-    def wants(self, name: str) -> bool:
-        return self.columns is None or name in self.columns
 
     def tensors(self) -> list[FieldMap]:
-        return [fm for fm in self.mapping.steps if fm.kind == "tensor" and self.wants(fm.target)]
+        return [fm for fm in self.mapping.steps if fm.kind == "tensor"]
 
     def cameras(self) -> list[FieldMap]:
-        return [fm for fm in self.mapping.image_maps() if self.wants(fm.target)]
+        return self.mapping.image_maps()
 
     def encoder(self, fm: FieldMap) -> ImageEncoder:
         return ImageEncoder(fmt=self.mapping.encoding_of(fm), quality=self.mapping.images.jpeg_quality)

@@ -26,8 +26,9 @@ class RowsReader:
     format_name = ROWS_FORMAT
 
     def __init__(self, features: dict[str, FeatureSpec], fps: float, mapping: Mapping,
-                 fetch: Callable[[int], dict[str, Any]], mixed: bool = False) -> None:
+                 fetch: Callable[[int], dict[str, Any]], mixed: bool = False, compared_with: str = "") -> None:
         self.features = features
+        self.compared_with = compared_with or "the rows of a Ray Dataset"  # what Validate names as the source
         self.fps = fps
         self.mapping = mapping
         self.fetch = fetch

@@ -42,10 +42,11 @@ class RowSource:
     fps: float
     mapping_json: str
     mixed: bool
+    compared_with: str = ""  # the sources, for the validation report
 
     def reader(self, fetch: Callable[[int], dict[str, Any]]) -> RowsReader:
         return RowsReader(self.features, self.fps, Mapping.model_validate_json(self.mapping_json), fetch,
-                          self.mixed)
+                          self.mixed, self.compared_with)
 
 
 class DriverRows:
@@ -69,9 +70,10 @@ class UnitDatasink(Datasink):
         self.job, self.rows = job, rows
         self._publisher = publisher  # driver-side only (not pickled to the write tasks)
         self.outcome: RunOutcome | None = None
+        self.units_per_task: list[int] = []  # units each write task converted (one), known once complete
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"job": self.job, "rows": self.rows, "_publisher": None, "outcome": None}
+        return {"job": self.job, "rows": self.rows, "_publisher": None, "outcome": None, "units_per_task": []}
 
     @property
     def supports_distributed_writes(self) -> bool:
@@ -106,6 +108,9 @@ class UnitDatasink(Datasink):
     def on_write_complete(self, write_result: Any) -> None:
         """The Publisher's end, as after `robo-ray run`: record every unit, finalize, validate, publish."""
         publisher = self._publisher
+        self.units_per_task = [len(r) for r in write_result.write_returns]
+        publisher.log.info(f"convert: {len(self.units_per_task)} write tasks, units per task "
+                           f"{sorted(set(self.units_per_task))}")
         for task_results in write_result.write_returns:
             for res in task_results:
                 publisher.record(res)

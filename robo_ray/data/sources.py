@@ -10,9 +10,9 @@ from typing import Any, Sequence
 from robo_ray.data.rows_reader import MIXED_METADATA
 from robo_ray.data.spec import (EPISODE, LANGUAGE, LENGTH, METADATA, REF, SOURCE, SPEC, STEP, STEP_FIELDS,
                                 SourceSpec, ref_from_json)
-from robo_ray.episode import EpisodeRef
+from robo_ray.episode import EpisodeRef, FeatureSpec
 from robo_ray.errors import DatasetColumns
-from robo_ray.mapping import Mapping, default_mapping
+from robo_ray.mapping import SOURCE_ROLES, Mapping, default_mapping
 from robo_ray.readers.base import Inventory
 
 REQUIRED = (SOURCE, EPISODE, LENGTH, REF, SPEC, METADATA, LANGUAGE, *STEP_FIELDS)
@@ -87,8 +87,24 @@ def gather_sources(keys: list[RowKey], specs: dict[str, str], names: Sequence[st
     if mixed:
         inv.metadata_types.update(MIXED_METADATA)  # type: ignore[arg-type]
         inv.dataset_root = " + ".join(order)
+        inv.features.update(_step_fields(parsed, mapping))
+        mapping = default_mapping(inv)
     assert mapping is not None
     return Sources(parsed, inv, where, mapping)
+
+
+def _step_fields(parsed: dict[str, SourceSpec], base: Mapping) -> dict[str, FeatureSpec]:
+    """Step fields (reward, discount, the flags) some source holds per step but the first one does not: features
+    of the mixture, so every episode's own values are written (the first source's episodes hold its constants)."""
+    out: dict[str, FeatureSpec] = {}
+    for role, field in SOURCE_ROLES.items():
+        if getattr(base.defaults, field) is not None:
+            continue
+        if any(getattr(default_mapping(p.inventory([])).defaults, field) for p in parsed.values()):
+            flag = role not in ("reward", "discount")
+            out[f"_mixture/{role}"] = FeatureSpec(f"_mixture/{role}", "tensor", "bool" if flag else "float32", (),
+                                                  role=role, scalar=True)  # type: ignore[arg-type]
+    return out
 
 
 def _check_same_features(mapping: Mapping, parsed: dict[str, SourceSpec], order: list[str],

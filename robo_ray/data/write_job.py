@@ -69,11 +69,14 @@ def write_dataset(ds: Any, dst: str, *, to: str = DEFAULT_TARGET, name: str | No
     and no more than `convert.max_quarantine_fraction` was quarantined); writes the CLI's reports beside the data."""
     t0 = time.monotonic()
     writer_class(to)  # an unknown target, before anything runs
-    check_columns(ds.schema().names)
+    early = ds.schema(fetch_if_missing=False)  # known without running anything (e.g. a drop_columns)
+    if early is not None:
+        check_columns(early.names)
     cfg = _config(dst, to, name, options, storage_options, config)
     quiet_data_context()
     mat = ds.materialize()
     names = mat.schema().names
+    check_columns(names)
     blocks = mat.to_arrow_refs()  # the blocks as Arrow tables, in the dataset's order
     keys: list[RowKey] = []
     specs: dict[str, str] = {}
@@ -112,12 +115,13 @@ def _run(cfg: JobConfig, src: Sources, blocks: list[Any], overwrite: bool, stder
         run = RunContext(cfg, cfg.safe_dump(), None, out_fs, out_root, _Executor(), log,  # type: ignore[arg-type]
                          None, False, False, True, overwrite, None, t0)
         write_plan_outputs(run, inv, mapping, units, [])
-        log.info(f"validate: sampled episodes are compared with the rows of the Ray Dataset (after its maps and "
-                 f"filters) from {', '.join(src.specs)}")
+        compared_with = (f"the rows of the Ray Dataset given to robo_ray.data.write, after its maps and filters, "
+                         f"read from {' + '.join(src.specs)}")
+        log.info(f"validate: sampled episodes are compared with {compared_with}")
         job = job_spec(cfg, inv, mapping, unit_options)
         spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint, executor_name=EXECUTOR_NAME,
                            elapsed_before=time.monotonic() - t0, clock=clock)
-        rows = RowSource(blocks, inv.features, inv.fps, src.mapping.model_dump_json(), src.mixed)
+        rows = RowSource(blocks, inv.features, inv.fps, src.mapping.model_dump_json(), src.mixed, compared_with)
         driver_reader = rows.reader(DriverRows(rows, src.where))
         publisher = Publisher(spec, log=log, reader=driver_reader)  # type: ignore[arg-type]
         publisher.open_source = lambda: rows.reader(DriverRows(rows, src.where))  # type: ignore[assignment]
