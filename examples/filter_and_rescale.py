@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import ray
+from ray.data.expressions import col
 
 import robo_ray.data as rd
 
@@ -38,7 +39,7 @@ def main() -> int:
         row["action"] = action
         return row
 
-    kept = ds.filter(lambda row: row["length"] >= args.min_length).map(rescale)
+    kept = ds.filter(expr=col("length") >= args.min_length).map(rescale)  # an Arrow predicate: no Python per row
     outcome = rd.write(kept, args.dest, name="pusher_filtered", overwrite=True)
     print(outcome.message)
     print(f"report: {outcome.out_url}/final_report.md")

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import robo_ray.data as rd
+from ray.data.expressions import col
 from robo_ray.cli import main
 from robo_ray.errors import DatasetColumns
 from robo_ray.images import decode_image
@@ -133,7 +134,7 @@ def test_filter_and_map_write_only_kept_episodes_with_edits(ray_local, lerobot, 
         row["action"] = row["action"] * np.array([1, 1, 10, 1, 1, 1, 1], np.float32)
         return row
 
-    ds = rd.read(str(lerobot)).filter(lambda r: r["length"] >= 6).map(rescale)
+    ds = rd.read(str(lerobot)).filter(expr=col("length") >= 6).map(rescale)
     outcome = rd.write(ds, str(tmp_path / "out"))  # with the tfds read-back: the real loader accepts it
     assert outcome.exit_code == 0, outcome.message
     source = open_reader(str(lerobot))
