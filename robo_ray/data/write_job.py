@@ -74,6 +74,9 @@ def write_dataset(ds: Any, dst: str, *, to: str = DEFAULT_TARGET, name: str | No
         check_columns(early.names)
     cfg = _config(dst, to, name, options, storage_options, config)
     quiet_data_context()
+    # the rows in the dataset's order whatever task finishes first: union(a, b) numbers a's episodes first, and the
+    # same dataset always gives the same plan (this dataset's own context; Ray Data's default is False)
+    ds.context.execution_options.preserve_order = True
     mat = ds.materialize()
     names = mat.schema().names
     check_columns(names)
