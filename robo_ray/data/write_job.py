@@ -23,7 +23,6 @@ from robo_ray.data.sink import UNIT, WHERE, DriverRows, RowSource, UnitDatasink
 from robo_ray.data.sources import REQUIRED, RowKey, Sources, check_columns, gather_sources
 from robo_ray.data.spec import LENGTH, REF, SOURCE, SPEC
 from robo_ray.errors import ConfigError
-from robo_ray.ray_exec.data_context import quiet_data_context
 from robo_ray.stages.destination import prepare_destination
 from robo_ray.stages.pipeline import RunContext, job_spec, spec_and_plan, write_plan_outputs
 from robo_ray.stages.publisher import Publisher, PublishSpec
@@ -73,7 +72,6 @@ def write_dataset(ds: Any, dst: str, *, to: str = DEFAULT_TARGET, name: str | No
     if early is not None:
         check_columns(early.names)
     cfg = _config(dst, to, name, options, storage_options, config)
-    quiet_data_context()
     # the rows in the dataset's order whatever task finishes first: union(a, b) numbers a's episodes first, and the
     # same dataset always gives the same plan (this dataset's own context; Ray Data's default is False)
     ds.context.execution_options.preserve_order = True

@@ -33,7 +33,7 @@ from tests.fixtures.rlds_gen import write_rlds_dataset
 from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
 from tests.integration.test_discover_scan import ray_local  # noqa: F401 - a local Ray instance for the module
 
-pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.timeout(600)]
 
 LENGTHS = [6, 9, 4, 7]
 NO_READBACK = {"validate": {"tfds_readback": False}}
