@@ -65,6 +65,8 @@ class SourceSpec:
             raise ConfigError(f"column {SPEC!r}: not a robo-ray source description")
         try:
             d = json.loads(text)
+            if not isinstance(d, dict):
+                raise ValueError("not a JSON object")
             feats = {k: _feature(v) for k, v in d.pop("features").items()}
             known = {f.name for f in fields(cls)}
             return cls(features=feats, **{k: v for k, v in d.items() if k in known})
@@ -97,7 +99,11 @@ def ref_to_json(ref: EpisodeRef) -> str:
 def ref_from_json(text: str) -> EpisodeRef:
     """An `EpisodeRef` from `ref_to_json`'s text; anything else is one ConfigError naming the column."""
     try:
+        if not isinstance(text, str) or len(text) > MAX_SPEC_CHARS:
+            raise ValueError("not a short JSON text")
         d = json.loads(text)
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
         loc = d.get("locator")
         return EpisodeRef(int(d["episode_index"]), int(d["length"]), str(d["data_path"]),
                           tuple((str(k), VideoRef(str(p), float(a), None if b is None else float(b)))

@@ -20,9 +20,9 @@ import ray
 
 from robo_ray.config import JobConfig
 from robo_ray.data.sink import UNIT, WHERE, DriverRows, RowSource, UnitDatasink
-from robo_ray.data.sources import REQUIRED, RowKey, Sources, check_columns, gather_sources
+from robo_ray.data.sources import RowKey, Sources, check_columns, gather_sources
 from robo_ray.data.spec import LENGTH, REF, SOURCE, SPEC
-from robo_ray.errors import ConfigError
+from robo_ray.errors import ConfigError, DatasetColumns
 from robo_ray.stages.destination import prepare_destination
 from robo_ray.stages.pipeline import RunContext, job_spec, spec_and_plan, write_plan_outputs
 from robo_ray.stages.publisher import Publisher, PublishSpec
@@ -53,7 +53,12 @@ def _block_keys(block: Any, index: int) -> tuple[list[RowKey], dict[str, str]]:
     specs: dict[str, str] = {}
     for r in range(acc.num_rows()):
         source = str(cols[SOURCE][r])
-        keys.append(RowKey(source, str(cols[REF][r]), int(cols[LENGTH][r]), index, r))
+        try:
+            length = int(cols[LENGTH][r])
+        except (TypeError, ValueError):
+            raise DatasetColumns(f"write: column {LENGTH!r} of a row of {source} is not a step count "
+                                 f"({cols[LENGTH][r]!r})") from None
+        keys.append(RowKey(source, str(cols[REF][r]), length, index, r))
         specs.setdefault(source, str(cols[SPEC][r]))
     return keys, specs
 
@@ -130,21 +135,8 @@ def _run(cfg: JobConfig, src: Sources, blocks: list[Any], overwrite: bool, stder
         clock.begin("convert")
         items = [{"index": u.index, UNIT: pickle.dumps(u, protocol=pickle.HIGHEST_PROTOCOL),
                   WHERE: pickle.dumps([src.where[i] for i in u.episode_indices])} for u in units]
-        if items:
-            ray.data.from_items(items, override_num_blocks=len(items)).write_datasink(sink)
-        else:
-            sink.on_write_complete(_NoWrites())
+        ray.data.from_items(items, override_num_blocks=len(items)).write_datasink(sink)  # rows -> >= 1 unit
         assert sink.outcome is not None
         return sink.outcome
     finally:
         lock.release()
-
-
-class _NoWrites:
-    """The write result of a dataset without units (no rows): nothing to record; finalize writes the empty
-    dataset."""
-
-    write_returns: list[Any] = []
-
-
-__all__ = ["REQUIRED", "write_dataset"]
