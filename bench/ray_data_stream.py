@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--object-store-mb", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
+    ap.add_argument("--cache", help="keep the generated datasets here and reuse them (default: a temp dir)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -90,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in (args.episodes, 2 * args.episodes):
-            src = generate(Path(tmp) / f"src{n}", n, args.steps, args.height, args.width)
+            src = Path(args.cache or tmp) / f"stream_{n}x{args.steps}_{args.height}x{args.width}"
+            if not (src / "meta" / "info.json").exists():
+                generate(src, n, args.steps, args.height, args.width)
             env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}
             out = subprocess.run([sys.executable, "-m", "bench.ray_data_stream", "--child", str(src),
                                   "--object-store-mb", str(args.object_store_mb), "--batch-size",
