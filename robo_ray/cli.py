@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="discover -> spec -> convert -> validate -> publish")
     p.add_argument("src")
     p.add_argument("dst")
+    p.add_argument("--source", dest="more_sources", action="append", default=[], metavar="SRC",
+                   help="another source written into the same dataset (repeatable; features matched by canonical "
+                        "name and role; runs on Ray Data through robo_ray.data, no --resume)")
     _common_run_args(p)
     d = sub.add_parser("discover", help="inventory.json + episode_index.csv (and findings)")
     d.add_argument("src")
@@ -157,10 +160,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.dry_run:
         return cmd_dry_run(cfg)
+    if args.more_sources:
+        return _run_sources(args, cfg)
     bar = _progress_printer()
     with bar.lines_above() if bar else contextlib.nullcontext(None) as stderr:
         outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=_executor(args), progress=bar,
                                stderr=stderr, archive=args.archive, resume=args.resume)
+    print(redact(outcome.message))
+    _print_reports(outcome)
+    return outcome.exit_code
+
+
+def _run_sources(args: argparse.Namespace, cfg: Any) -> int:
+    """`robo-ray run SRC DST --source SRC2 ...`: the sources' union written as one dataset (robo_ray.data), on the
+    Ray instance this process has, else on a new local one (`--address` to join a cluster) shut down after."""
+    import ray
+
+    import robo_ray.data as rd
+
+    if args.resume or cfg.max_episodes or cfg.mapping_file:
+        raise UsageError("--resume, --max-episodes and --mapping do not apply to several sources (--source) yet")
+    own = not ray.is_initialized()
+    if own:
+        ray.init(address=args.address or "local", num_cpus=args.actors, include_dashboard=False,
+                 logging_level="WARNING", log_to_driver=False)
+    try:
+        src = cfg.source
+        ds = None
+        for url in [src.url, *args.more_sources]:
+            part = rd.read(url, format=src.format, storage_options=src.storage_options, **src.options)
+            ds = part if ds is None else ds.union(part)
+        dump = cfg.model_dump(mode="json", by_alias=True)
+        config = {k: v for k, v in dump.items() if k in ("source", "images", "plan", "splits", "convert", "validate")}
+        outcome = rd.write(ds, cfg.target.url, to=cfg.target.format, name=cfg.target.name,
+                           fps=src.options.get("fps"), storage_options=cfg.target.storage_options,
+                           overwrite=args.overwrite, config=config, **cfg.target.options)
+    finally:
+        if own:
+            ray.shutdown()
     print(redact(outcome.message))
     _print_reports(outcome)
     return outcome.exit_code

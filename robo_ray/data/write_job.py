@@ -97,7 +97,7 @@ def write_dataset(ds: Any, dst: str, *, to: str = DEFAULT_TARGET, name: str | No
 
 def _config(dst: str, to: str, name: str | None, options: dict[str, Any], storage_options: dict[str, Any] | None,
             config: dict[str, Any] | None) -> JobConfig:
-    data: dict[str, Any] = {k: v for k, v in (config or {}).items() if k not in ("source", "target")}
+    data: dict[str, Any] = {k: v for k, v in (config or {}).items() if k != "target"}  # source: instruction
     data["target"] = {"url": dst, "format": to, "name": name, "options": options,
                       "storage_options": dict(storage_options or {})}
     try:

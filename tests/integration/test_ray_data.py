@@ -9,12 +9,13 @@
 * LeRobot v2.1 + RLDS (written by tfds) with the same roles into one RLDS and one LeRobot dataset: every episode
   of both once, values equal to their sources, each naming its source; a feature only one source has, a dropped
   column and different frame rates are one error naming them.
-* step rows with decoded images equal the episode rows, step by step.
+* step rows with decoded images equal the episode rows, step by step; `robo-ray run SRC DST --source SRC2`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from robo_ray.cli import main
 from robo_ray.errors import DatasetColumns
 from robo_ray.images import decode_image
 from robo_ray.readers import open_reader
-from tests.conftest import psnr
+from tests.conftest import psnr, run_cli
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 from tests.fixtures.rlds_gen import write_rlds_dataset
 from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
@@ -213,3 +214,18 @@ def test_step_rows_equal_episode_rows(ray_local, lerobot):
             np.testing.assert_array_equal(frame, decode_image(row["observation/image_wrist"][step]))
             n += 1
     assert n == sum(LENGTHS)
+
+
+def test_cli_several_sources(lerobot, tmp_path):
+    """`robo-ray run SRC DST --source SRC2`: both sources' episodes once each, in order, each naming its source."""
+    other = tmp_path / "le21_copy"
+    shutil.copytree(lerobot, other)
+    out = tmp_path / "out"
+    r = run_cli("run", str(lerobot), str(out), "--source", str(other), "--name", "both", "--set",
+                "validate.tfds_readback=false", env={"RAY_AUTH_MODE": "disabled"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "8 episodes" in r.stdout
+    eps = _episodes(str(out / "rlds" / "both" / "1.0.0"))
+    assert [(e.metadata["source"], int(e.metadata["source_episode"])) for e in eps] == \
+        [(str(lerobot), i) for i in range(4)] + [(str(other), i) for i in range(4)]
+    assert [e.length for e in eps] == LENGTHS * 2
