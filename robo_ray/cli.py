@@ -172,32 +172,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_sources(args: argparse.Namespace, cfg: Any) -> int:
-    """`robo-ray run SRC DST --source SRC2 ...`: the sources' union written as one dataset (robo_ray.data), on the
-    Ray instance this process has, else on a new local one (`--address` to join a cluster) shut down after."""
-    import ray
+    """`robo-ray run SRC DST --source SRC2 ...`: the sources' union as one dataset (robo_ray.data, on Ray)."""
+    from robo_ray.data.several import write_sources  # only here: the core never imports Ray
 
-    import robo_ray.data as rd
-
-    if args.resume or cfg.max_episodes or cfg.mapping_file:
-        raise UsageError("--resume, --max-episodes and --mapping do not apply to several sources (--source) yet")
-    own = not ray.is_initialized()
-    if own:
-        ray.init(address=args.address or "local", num_cpus=args.actors, include_dashboard=False,
-                 logging_level="WARNING", log_to_driver=False)
-    try:
-        src = cfg.source
-        ds = None
-        for url in [src.url, *args.more_sources]:
-            part = rd.read(url, format=src.format, storage_options=src.storage_options, **src.options)
-            ds = part if ds is None else ds.union(part)
-        dump = cfg.model_dump(mode="json", by_alias=True)
-        config = {k: v for k, v in dump.items() if k in ("source", "images", "plan", "splits", "convert", "validate")}
-        outcome = rd.write(ds, cfg.target.url, to=cfg.target.format, name=cfg.target.name,
-                           fps=src.options.get("fps"), storage_options=cfg.target.storage_options,
-                           overwrite=args.overwrite, config=config, **cfg.target.options)
-    finally:
-        if own:
-            ray.shutdown()
+    if args.resume:
+        raise UsageError("--resume does not apply to several sources (--source) yet")
+    outcome = write_sources(cfg, args.more_sources, address=args.address, num_cpus=args.actors,
+                            overwrite=args.overwrite)
     print(redact(outcome.message))
     _print_reports(outcome)
     return outcome.exit_code

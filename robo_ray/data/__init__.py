@@ -6,7 +6,7 @@ to the Reader / Writer contracts only.
     import robo_ray.data as rd
     ds = rd.read("s3://bucket/lerobot_dataset")                   # one row an episode
     ds = ds.filter(lambda r: r["length"] >= 50)
-    outcome = rd.write(ds, "out/", to=..., name="mine")           # to: a target of `robo-ray targets`
+    outcome = rd.write(ds, "out/", to=..., name="mine")           # to: any `robo-ray run --to` choice
 """
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def write_dataset(ds: Any, dst: str, *, to: str = DEFAULT_TARGET, name: str | No
                   storage_options: dict[str, Any] | None = None, overwrite: bool = False,
                   config: dict[str, Any] | None = None, stderr: Any = None, **options: Any) -> RunOutcome:
     """Write `ds` (episode rows of `robo_ray.data.read`, after any map / filter / union) to `dst` as the target
-    `to` (a `robo-ray targets` name) named `name`, its writer's `options` (config `target.options`), `fps` for
+    `to` (a `robo-ray run --to` choice) named `name`, its writer's `options` (config `target.options`), `fps` for
     sources without one (or several sources of different rates); `config`: other config sections as in a YAML
     config (plan, validate, convert, images, splits). Returns the `RunOutcome` (exit_code 0 when validation passed
     and no more than `convert.max_quarantine_fraction` was quarantined); writes the CLI's reports beside the data."""
