@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="discover -> spec -> convert -> validate -> publish")
     p.add_argument("src")
     p.add_argument("dst")
+    p.add_argument("--source", dest="more_sources", action="append", default=[], metavar="SRC",
+                   help="another source written into the same dataset (repeatable; features matched by canonical "
+                        "name and role; runs on Ray Data through robo_ray.data, no --resume)")
     _common_run_args(p)
     d = sub.add_parser("discover", help="inventory.json + episode_index.csv (and findings)")
     d.add_argument("src")
@@ -155,6 +158,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.dry_run:
         return cmd_dry_run(cfg)
+    if args.more_sources:
+        return _run_sources(args, cfg)
     executor = _executor(args)
     if executor is not None:  # Ray comes up (~6 s) while the pipeline's modules import and Discover runs
         executor.start()
@@ -164,6 +169,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     with bar.lines_above() if bar else contextlib.nullcontext(None) as stderr:
         outcome = run_pipeline(cfg, overwrite=args.overwrite, executor=executor, progress=bar,
                                stderr=stderr, archive=args.archive, resume=args.resume)
+    print(redact(outcome.message))
+    _print_reports(outcome)
+    return outcome.exit_code
+
+
+def _run_sources(args: argparse.Namespace, cfg: Any) -> int:
+    """`robo-ray run SRC DST --source SRC2 ...`: the sources' union as one dataset (robo_ray.data, on Ray)."""
+    from robo_ray.data.several import write_sources  # only here: the core never imports Ray
+
+    if args.resume:
+        raise UsageError("--resume does not apply to several sources (--source) yet")
+    outcome = write_sources(cfg, args.more_sources, address=args.address, num_cpus=args.actors,
+                            overwrite=args.overwrite)
     print(redact(outcome.message))
     _print_reports(outcome)
     return outcome.exit_code

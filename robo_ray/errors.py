@@ -166,3 +166,17 @@ class EpisodeDataOutside(EpisodeError):
     RR301: they are found when the file is opened.)"""
 
     code = "EP207"
+
+
+class DatasetColumns(UsageError):
+    """A Ray Dataset given to `robo_ray.data.write` lacks a column the target needs, or its sources do not share
+    the features (canonical name and role) the target is planned from: one line naming the column / feature."""
+
+    code = "RR206"
+
+
+class RowUnreadable(EpisodeError):
+    """One row of a Ray Dataset cannot be turned into an episode (a value of the wrong type or length, edited by
+    the user's map): the episode is quarantined with the reason, the rest is written."""
+
+    code = "EP209"

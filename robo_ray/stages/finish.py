@@ -4,7 +4,7 @@ final_report.md, report.html, logs, optional archive), the run's warnings, and t
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from robo_ray.config import JobConfig
 from robo_ray.errors import ValidationFailed
@@ -36,17 +36,19 @@ def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader:
                          ledger: dict[str, Any], log: RunLog, mode: str, convert_seconds: float,
                          quarantined: list[dict[str, Any]], archive: bool = False,
                          unit_checks: UnitChecks | None = None,
-                         check_units: UnitCheckRunner | None = None, clock: StageClock | None = None) -> RunOutcome:
+                         check_units: UnitCheckRunner | None = None, clock: StageClock | None = None,
+                         open_source: Callable[[], Reader] | None = None) -> RunOutcome:
     """Validate the committed output (the writer's verify + the neutral checks), then publish the reports.
     `unit_checks`: the units already re-read by their workers; the others are checked by `check_units` (a
-    parallel pass) or here."""
+    parallel pass) or here. `open_source`: how the report opens the source (default: `open_reader` of the
+    config's source; a source that is not a URL, such as a Ray Dataset's rows, gives its own)."""
     t1 = time.monotonic()
     clock = clock or StageClock()  # `robo-ray publish` times its own verify and publish
     clock.begin("verify")
     fs, out_root, mapping = writer.fs, writer.out_root, writer.mapping
     src = cfg.source
-    samples = start_samples(writer, inv, (lambda: open_reader(src.url, src.format, src.storage_options, src.options))
-                            if reader is not None else None, quarantined)  # the report's episodes, meanwhile
+    opener = open_source or (lambda: open_reader(src.url, src.format, src.storage_options, src.options))
+    samples = start_samples(writer, inv, opener if reader is not None else None, quarantined)  # the report's episodes, meanwhile
     v = Validator(writer, inv, reader, ledger, cfg.validate_.sample_episodes, cfg.validate_.min_psnr_db,
                   cfg.validate_.tfds_readback, allow_nonfinite=cfg.convert.nan_policy == "allow",
                   unit_checks=unit_checks, check_units=check_units,

@@ -9,7 +9,7 @@ import io
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from robo_ray.config import JobConfig
 from robo_ray.episode import QuarantineRecord
@@ -68,6 +68,7 @@ class Publisher:
             log = RunLog(stderr=io.StringIO(), lines=list(spec.log_lines), errors=list(spec.log_errors))
         self.log = log
         self._reader = reader
+        self.open_source: Callable[[], Reader] | None = None  # the report's own source reader (default: the URL's)
         self.unit_checks = UnitChecks(self.mapping)  # merged as units are recorded (resumed units: at finish)
         self.tries = UnitAttempts(Limits.from_config(self.cfg.convert))  # flight: the Ray driver's watchdog
         self._t0 = time.monotonic()
@@ -213,7 +214,8 @@ class Publisher:
         convert_seconds = self.spec.elapsed_before + time.monotonic() - self._t0
         outcome = validate_and_publish(self.cfg, self.writer, inv, self.reader(), ledger, self.log,
                                        self.spec.executor_name, convert_seconds, quarantined, self.spec.archive,
-                                       unit_checks=self.unit_checks, clock=self.spec.clock)
+                                       unit_checks=self.unit_checks, clock=self.spec.clock,
+                                       open_source=self.open_source)
         self._publish_commit_marker(outcome, results)
         echo = self.log.stderr.getvalue()[echo_start:].splitlines() if echo_start is not None else []
         return outcome, echo

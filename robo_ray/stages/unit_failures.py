@@ -3,12 +3,13 @@ every episode quarantined, and the quarantine lines a unit result prints. A resu
 from __future__ import annotations
 
 from robo_ray.episode import QuarantineRecord
+from robo_ray.errors import EpisodeTimedOut
 from robo_ray.stages.plan import Unit
 from robo_ray.writers import UnitResult, Writer
 
 UNIT_CRASHED = "EP900"  # the worker process died on every attempt (segfault, abort, OOM kill)
 UNIT_FAILED = "EP901"  # the unit raised on every attempt, or the executor lost it
-UNIT_TIMED_OUT = "EP902"  # a read made no progress / the unit ran over its time (robo_ray/watchdog.py)
+UNIT_TIMED_OUT = EpisodeTimedOut.code  # a read made no progress / the unit ran over its time (robo_ray/watchdog.py)
 UNIT_FAILURE_CODES = (UNIT_CRASHED, UNIT_FAILED, UNIT_TIMED_OUT)
 
 

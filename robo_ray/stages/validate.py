@@ -82,6 +82,11 @@ class Validator:
         self.ctx.unit_checks = self._all_unit_checks()
         if self.writer.verify(self.ctx, res):  # else not committed: the writer said what is missing
             self._check_counts(res)
+        compared_with = getattr(self.reader, "compared_with", None)  # a source that is not the files (Ray rows)
+        if compared_with:
+            for check in res.checks:
+                if check.name.startswith("sample "):
+                    check.detail += f" (the source here: {compared_with})"
         return res
 
     def _all_unit_checks(self) -> UnitChecks | None:

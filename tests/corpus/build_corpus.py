@@ -570,11 +570,11 @@ CASES: list[Case] = [
     _q("rosbag_missing_definition", "rosbag", "episode_1.mcap stores /cam_side/image_raw/compressed's schema with "
        "an empty message definition", "EP202", (1,), ("episode_1.mcap", "no message definition")),
     _q("rosbag_time_goes_back", "rosbag", "episode_2.mcap: a /joint_states header stamp 100 ms before the one it "
-       "follows", "EP209", (2,), ("episode_2.mcap", "/joint_states", "go back")),
+       "follows", "EP211", (2,), ("episode_2.mcap", "/joint_states", "go back")),
     _q("rosbag_truncated", "rosbag", "episode_3.mcap cut to 60% of its bytes", "EP202", (3,),
        ("episode_3.mcap", "not a readable bag")),
     _q("rosbag_gap_beyond_skew", "rosbag", "episode_0.mcap: /cam_wrist/image_raw stalls for 5 frames (0.6 s at "
-       "10 Hz; the default skew is 2 intervals)", "EP208", (0,), ("episode_0.mcap", "/cam_wrist/image_raw")),
+       "10 Hz; the default skew is 2 intervals)", "EP210", (0,), ("episode_0.mcap", "/cam_wrist/image_raw")),
 ]
 
 MUTATIONS: dict[str, Callable[[Path, Path], None]] = {

@@ -205,7 +205,7 @@ def test_clock_options(made: Callable[[str], Path]) -> None:
 
 def test_a_gap_beyond_the_skew_quarantines_the_episode(tmp_path: Path) -> None:
     """Five /cam_high frames missing in episode 1: beyond the default skew (2 periods) it is quarantined with its
-    reason (EP208, naming the bag and the episode), the others convert; on_gap=hold keeps the previous frame and
+    reason (EP210, naming the bag and the episode), the others convert; on_gap=hold keeps the previous frame and
     says how many steps; a max_skew of 0.6 s takes the gap as five fills."""
     src = tmp_path / "bags"
     for i in range(3):
@@ -219,7 +219,7 @@ def test_a_gap_beyond_the_skew_quarantines_the_episode(tmp_path: Path) -> None:
                                           "source.options": {"fps": FPS}}))
     assert outcome.exit_code == 0, outcome.message
     records = outcome.quarantined
-    assert [(r["episode_index"], r["code"]) for r in records] == [(1, "EP208")]
+    assert [(r["episode_index"], r["code"]) for r in records] == [(1, "EP210")]
     assert "bag episode_1 (episode 1)" in records[0]["reason"]
     held = open_reader(str(src), options={"fps": FPS, "on_gap": "hold"}).discover()
     assert [f.code for f in held.findings if f.code in ("RB101", "RB103")] == ["RB103"]

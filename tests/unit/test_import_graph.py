@@ -159,3 +159,29 @@ def test_cycles_are_found_with_their_edges() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert find_cycles(graph) == [["a", "b", "c", "a"], ["e", "e"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _imports_ray(path: Path) -> bool:
+    """Whether the module imports Ray anywhere (lazy imports too)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        if any(n == "ray" or n.startswith("ray.") for n in names):
+            return True
+    return False
+
+
+def test_ray_stays_in_ray_exec_and_the_ray_data_glue() -> None:
+    """Issue #29: robo_ray/data/ (the Ray Data glue) may import Ray like robo_ray/ray_exec/; the core never does,
+    and nothing in the core imports the glue (it is a leaf: it uses the stages, not the other way round) but the
+    CLI, lazily, for `run --source` (as it imports ray_exec for its Ray executor)."""
+    allowed = (ROOT / PACKAGE / "ray_exec", ROOT / PACKAGE / "data")
+    paths = sorted((ROOT / PACKAGE).rglob("*.py"))
+    outside = [str(p.relative_to(ROOT)) for p in paths if not any(a in p.parents for a in allowed) and _imports_ray(p)]
+    assert not outside, f"modules outside ray_exec/ and data/ import Ray: {outside}"
+    assert any(_imports_ray(p) for p in (ROOT / PACKAGE / "data").rglob("*.py"))  # the check sees the glue's imports
+    graph = import_graph()
+    users = sorted(m for m, deps in graph.items() if not m.startswith(f"{PACKAGE}.data") and m != f"{PACKAGE}.cli"
+                   and any(d == f"{PACKAGE}.data" or d.startswith(f"{PACKAGE}.data.") for d in deps))
+    assert not users, f"core modules import robo_ray.data: {users}"

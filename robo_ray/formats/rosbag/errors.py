@@ -7,10 +7,10 @@ from robo_ray.errors import EpisodeError
 class GapBeyondSkew(EpisodeError):
     """At some step a mapped topic's latest message is older than the maximum skew (`on_gap: quarantine`)."""
 
-    code = "EP208"
+    code = "EP210"
 
 
 class TimeGoesBack(EpisodeError):
     """A topic's timestamps decrease in the bag's order (header stamps out of order, a clock reset)."""
 
-    code = "EP209"
+    code = "EP211"
