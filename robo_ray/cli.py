@@ -158,7 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.dry_run:
         return cmd_dry_run(cfg)
-    if args.more_sources:
+    if getattr(args, "more_sources", None):  # `run --source SRC2 ...` (convert has no --source)
         return _run_sources(args, cfg)
     executor = _executor(args)
     if executor is not None:  # Ray comes up (~6 s) while the pipeline's modules import and Discover runs

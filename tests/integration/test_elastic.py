@@ -42,7 +42,7 @@ SETS = ["plan.min_shards=6", "validate.tfds_readback=false", "target.options.cre
 # the files a run writes beside its dataset (reports, journal, logs): everything else is the dataset
 RUN_FILES = {"inventory.json", "episode_index.csv", "mapping.md", "mapping.yaml", "progress.jsonl", "ledger.json",
              "validation_report.md", "diff_summary.json", "final_report.md", "logs", "job.json", "commit.json",
-             "dataset_statistics.json", "report.html", "timings.json", "run.lock", ".robo-ray"}
+             "dataset_statistics.json", "norm_stats.json", "report.html", "timings.json", "run.lock", ".robo-ray"}
 
 
 def _sets(target: str) -> list[str]:
