@@ -35,6 +35,36 @@ def shared() -> Path:
     return shared_dir()
 
 
+def convert_in_process(src: Path | str, out: Path, target: str, *overrides: str, fps: float | None = None,
+                       source_options: dict[str, Any] | None = None,
+                       storage_options: dict[str, Any] | None = None) -> Any:
+    """`run_pipeline` in this process (no read-back unless an override asks), asserting exit 0; `fps` is the
+    source's --fps."""
+    from robo_ray.config import load_config
+    from robo_ray.stages.pipeline import run_pipeline
+
+    options = {**(source_options or {}), **({"fps": fps} if fps is not None else {})}
+    fields: dict[str, Any] = {"source.url": str(src), "target.url": str(out), "target.format": target}
+    if options:
+        fields["source.options"] = options
+    if storage_options:
+        fields["source.storage_options"] = storage_options
+    outcome = run_pipeline(load_config(None, ["validate.tfds_readback=false", *overrides], **fields))
+    assert outcome.exit_code == 0, outcome.message
+    return outcome
+
+
+def source_cache(factory: pytest.TempPathFactory, make: Callable[[str, Path], Path]) -> Callable[[str], Path]:
+    """`get(name)`: the source `make(name, a new temp folder)` wrote, written once per name (a module fixture's)."""
+    cache: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in cache:
+            cache[name] = make(name, factory.mktemp(name))
+        return cache[name]
+    return get
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `robo-ray` as a user would, in a subprocess."""
     full_env = {**os.environ, **(env or {})}

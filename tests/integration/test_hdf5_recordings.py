@@ -15,11 +15,9 @@ import h5py
 import numpy as np
 import pytest
 
-from robo_ray.config import load_config
 from robo_ray.readers import detect_format, open_reader
-from robo_ray.stages.pipeline import run_pipeline
 from robo_ray.stages.source_frames import source_frames
-from tests.conftest import load_rlds, psnr
+from tests.conftest import convert_in_process as convert, load_rlds, psnr, source_cache
 from tests.fixtures import aloha_gen, robomimic_gen
 
 # (writer, URL below tmp, frames stored bottom-up)
@@ -74,25 +72,7 @@ def robomimic_truth(src: Path) -> list[TruthEpisode]:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    cache: dict[str, Path] = {}
-
-    def get(name: str) -> Path:
-        if name not in cache:
-            tmp = tmp_path_factory.mktemp(name)
-            SOURCES[name][0](tmp)
-            cache[name] = tmp / SOURCES[name][1]
-        return cache[name]
-    return get
-
-
-def convert(src: Path, out: Path, target: str, *overrides: str, fps: float | None = None) -> Any:
-    fields: dict[str, Any] = {"source.url": str(src), "target.url": str(out), "target.format": target}
-    if fps is not None:
-        fields["source.options"] = {"fps": fps}
-    cfg = load_config(None, ["validate.tfds_readback=false", *overrides], **fields)
-    outcome = run_pipeline(cfg)
-    assert outcome.exit_code == 0, outcome.message
-    return outcome
+    return source_cache(tmp_path_factory, lambda name, tmp: (SOURCES[name][0](tmp), tmp / SOURCES[name][1])[1])
 
 
 # ---- robomimic family ------------------------------------------------------------------------------------------
@@ -196,13 +176,7 @@ ALOHA: dict[str, dict[str, Any]] = {
 
 @pytest.fixture(scope="module")
 def aloha_made(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    cache: dict[str, Path] = {}
-
-    def get(name: str) -> Path:
-        if name not in cache:
-            cache[name] = aloha_gen.write_dataset(tmp_path_factory.mktemp(name) / "task", **ALOHA[name])
-        return cache[name]
-    return get
+    return source_cache(tmp_path_factory, lambda name, tmp: aloha_gen.write_dataset(tmp / "task", **ALOHA[name]))
 
 
 def aloha_truth(src: Path) -> list[dict[str, Any]]:

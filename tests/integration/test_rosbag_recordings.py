@@ -22,7 +22,7 @@ from robo_ray.config import load_config
 from robo_ray.readers import detect_format, open_reader
 from robo_ray.stages.pipeline import run_pipeline
 from robo_ray.stages.source_frames import source_frames
-from tests.conftest import load_rlds, psnr
+from tests.conftest import convert_in_process, load_rlds, psnr, source_cache
 from tests.fixtures import rosbag_gen
 
 FPS = 10.0
@@ -86,13 +86,7 @@ def truth(bag: Path, fps: float | None = FPS, stamps: str = "header", reference:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    cache: dict[str, Path] = {}
-
-    def get(fmt: str) -> Path:
-        if fmt not in cache:
-            cache[fmt] = rosbag_gen.write_dataset(tmp_path_factory.mktemp(fmt) / "bags", fmt)
-        return cache[fmt]
-    return get
+    return source_cache(tmp_path_factory, lambda fmt, tmp: rosbag_gen.write_dataset(tmp / "bags", fmt))
 
 
 def bags(src: Path) -> list[Path]:
@@ -100,11 +94,7 @@ def bags(src: Path) -> list[Path]:
 
 
 def convert(src: Path, out: Path, target: str, *overrides: str, **options: Any) -> Any:
-    fields: dict[str, Any] = {"source.url": str(src), "target.url": str(out), "target.format": target,
-                              "source.options": options}
-    outcome = run_pipeline(load_config(None, ["validate.tfds_readback=false", *overrides], **fields))
-    assert outcome.exit_code == 0, outcome.message
-    return outcome
+    return convert_in_process(src, out, target, *overrides, source_options=options)
 
 
 @pytest.mark.parametrize("fmt", rosbag_gen.FORMATS)

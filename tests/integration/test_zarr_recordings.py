@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pytest
 import zarr
 
-from robo_ray.config import load_config
 from robo_ray.readers import detect_format, open_reader
-from robo_ray.stages.pipeline import run_pipeline
 from robo_ray.stages.source_frames import source_frames
-from tests.conftest import load_rlds, psnr
+from tests.conftest import convert_in_process as convert, load_rlds, psnr, source_cache
 from tests.fixtures import zarr_gen
 from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
 
@@ -67,27 +65,7 @@ def truth_of(store_path: Path) -> list[TruthEpisode]:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    cache: dict[str, Path] = {}
-
-    def get(name: str) -> Path:
-        if name not in cache:
-            tmp = tmp_path_factory.mktemp(name)
-            SOURCES[name][0](tmp)
-            cache[name] = tmp / SOURCES[name][1]
-        return cache[name]
-    return get
-
-
-def convert(src: str, out: Path, target: str, *overrides: str, fps: float | None = None,
-            storage_options: dict[str, Any] | None = None) -> Any:
-    fields: dict[str, Any] = {"source.url": src, "target.url": str(out), "target.format": target}
-    if fps is not None:
-        fields["source.options"] = {"fps": fps}
-    if storage_options:
-        fields["source.storage_options"] = storage_options
-    outcome = run_pipeline(load_config(None, ["validate.tfds_readback=false", *overrides], **fields))
-    assert outcome.exit_code == 0, outcome.message
-    return outcome
+    return source_cache(tmp_path_factory, lambda name, tmp: (SOURCES[name][0](tmp), tmp / SOURCES[name][1])[1])
 
 
 def _target_name(key: str) -> str:
