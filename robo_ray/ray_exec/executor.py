@@ -338,6 +338,8 @@ class RayExecutor:
         """Convert and publish: Publisher actor + the Ray Dataset. Returns the outcome computed by the Publisher."""
         stderr = stderr or sys.stderr
         self.connect()
+        # this job's instants: an executor that runs a second job keeps only when Ray came up
+        self.startup = {k: v for k, v in self.startup.items() if k == "ray_ready"}
         publisher, self._publisher = self._publisher or self._new_publisher(), None
         try:
             opened = publisher.open.remote(spec)
