@@ -111,7 +111,8 @@ def test_killed_driver_resumes_only_the_missing_units(cluster, source, reference
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "robo_ray.cli", "run", str(source), str(out), "--to", "ortf", "--actors", "2",
            "--address", cluster.gcs, *_sets()]
-    env = dict(cluster.env, ROBO_RAY_FAULT_DELAY_S="1.0")  # every unit sleeps first: the kill lands mid-run
+    env = dict(cluster.env, ROBO_RAY_FAULT_DELAY_S="3.0")  # every unit sleeps first: the kill lands mid-run
+    # (3 s: ledger.json is rewritten at most every second, longer when a rewrite is slow; see UnitLedger)
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     sigkill_when(proc, lambda: (out / "ledger.json").exists() and len(_ledger(out)["shards"]) >= 1, 150,
                  "a committed unit")

@@ -312,7 +312,7 @@ def _cli(cluster, *args: str) -> list[str]:
 
 def test_sigkill_driver_then_resume(cluster, datasets, reference, tmp_path):
     out = tmp_path / "out"
-    env = dict(cluster.env, ROBO_RAY_FAULT_DELAY_S="1.0", ROBO_RAY_STATUS_INTERVAL_S="1")
+    env = dict(cluster.env, ROBO_RAY_FAULT_DELAY_S="2.0", ROBO_RAY_STATUS_INTERVAL_S="1")  # > ledger flush
     cmd = _cli(cluster, str(datasets["v21"]), str(out), "--actors", "2")
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     sigkill_when(proc, lambda: (out / "ledger.json").exists() and len(_ledger(out)["shards"]) >= 3, 150,
