@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from robo_ray.episode import CanonicalEpisode
 from robo_ray.errors import DataCorrupt, EpisodeError
+from robo_ray.formats.lerobot.depth import DEPTH_ENCODED, encode_depth_camera
 from robo_ray.formats.lerobot.language import frame_rows
 from robo_ray.formats.lerobot.parquet import arrow_column, parquet_bytes, parquet_writer
 from robo_ray.formats.lerobot.paths import DATA_PATH, EPISODES_PATH, VIDEO_PATH, file_rel
@@ -69,12 +70,17 @@ class EpisodeFileSink(UnitSink):
         columns = self._columns(episode)
         encoded: list[tuple[str, str, ImageHistogram]] = []
         decisions: dict[str, CameraState] = {}  # per camera: copied or encoded (applied with the episode)
+        depth_st: dict[str, dict[str, np.ndarray]] = {}  # per depth camera: the episode's statistics
         try:
             for cam in w.layout.cameras:
                 tmp = self.files.new_temp(self.video_rels[cam.key], "-episode")
                 hist = ImageHistogram(3)
                 encoded.append((cam.key, tmp, hist))
                 frames = episode.cameras[cam.targets[0]]
+                if cam.depth:
+                    decisions[cam.key] = CameraState(mode="encode", reason=DEPTH_ENCODED)
+                    depth_st[cam.key] = encode_depth_camera(tmp, frames, n, cam.shape[0], cam.shape[1], w)
+                    continue
                 decisions[cam.key] = self.copies.decide(cam.key, tmp, frames, n, hist, episode.episode_index)
                 if decisions[cam.key].mode != "copy":
                     h, wd = cam.shape[:2]
@@ -87,7 +93,7 @@ class EpisodeFileSink(UnitSink):
             for cam in w.layout.cameras:
                 if decisions[cam.key].switch:  # the unit's camera held copied episodes: re-encode them too
                     self._reencode_camera(cam)
-            self._append(episode, columns, encoded, decisions)
+            self._append(episode, columns, encoded, decisions, depth_st)
         except BaseException as exc:  # the unit's files may hold part of the episode: the unit cannot commit
             self._broken = exc
             raise
@@ -143,7 +149,7 @@ class EpisodeFileSink(UnitSink):
         return self._tasks[task]
 
     def _append(self, ep: CanonicalEpisode, columns: dict[str, Any], encoded: list[tuple[str, str, ImageHistogram]],
-                decisions: dict[str, CameraState]) -> None:
+                decisions: dict[str, CameraState], depth_st: dict[str, dict[str, np.ndarray]]) -> None:
         w, n = self.writer, ep.length
         e, i0 = self.next_episode, self.next_index
         lang = [str(t) for t in ep.language]
@@ -173,7 +179,11 @@ class EpisodeFileSink(UnitSink):
         self._pq.write_table(table, row_group_size=n)
         hists = {key: hist for key, _, hist in encoded}
         for f in w.layout.features:
-            if f.kind == "video":
+            if f.kind == "video" and f.depth:
+                st = depth_st[f.key]
+                agg = Agg.of_episode(st)
+                self._aggs[f.key] = agg if f.key not in self._aggs else self._aggs[f.key].merge(agg)
+            elif f.kind == "video":
                 st = hists[f.key].stats()
                 self._hists.setdefault(f.key, []).append(image_stats_json(hists[f.key].hist, hists[f.key].frames))
             elif f.numeric:
