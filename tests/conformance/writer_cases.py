@@ -28,7 +28,7 @@ import numpy as np
 from robo_ray.config import JobConfig, load_config
 from robo_ray.episode import CanonicalEpisode, EpisodeRef, FrameItem, Frames, QuarantineRecord
 from robo_ray.errors import FrameCountMismatch
-from robo_ray.images import decode_image
+from robo_ray.images import decode_frame
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import REGISTRY as READERS, open_reader
 from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
@@ -221,12 +221,15 @@ class EpisodeView:
     texts: dict[str, list[str]] = field(default_factory=dict)  # text step features by target
 
 
-def frame_array(item: FrameItem, channels: int) -> np.ndarray:
-    """A frame as it reaches a writer (PyAV frame, HxWxC array, encoded bytes) as an HxWxC array."""
+def frame_array(item: FrameItem, channels: int, dtype: str = "uint8") -> np.ndarray:
+    """A frame as it reaches a writer (PyAV frame, HxWxC array, encoded bytes) as an HxWxC array (16-bit depth:
+    its uint16 values)."""
     if isinstance(item, (bytes, bytearray, memoryview)):
-        return decode_image(bytes(item), channels)
+        return decode_frame(bytes(item), channels, dtype)
     if isinstance(item, np.ndarray):
         return item if item.ndim == 3 else item[:, :, None]
+    if dtype == "uint16":
+        return item.to_ndarray(format="gray16le")[:, :, None]
     arr = item.to_ndarray(format="gray" if channels == 1 else "rgb24")
     return arr[:, :, None] if arr.ndim == 2 else arr
 
@@ -239,7 +242,7 @@ def episode_id(ep: CanonicalEpisode) -> int:
 
 
 def view_of(ep: CanonicalEpisode) -> EpisodeView:
-    cams = {t: [frame_array(x, f.channels) for x in f] for t, f in ep.cameras.items()}
+    cams = {t: [frame_array(x, f.channels, f.dtype) for x in f] for t, f in ep.cameras.items()}
     steps = {"reward": ep.reward, "discount": ep.discount, "is_first": ep.is_first, "is_last": ep.is_last,
              "is_terminal": ep.is_terminal}
     return EpisodeView(episode_id(ep), ep.length, dict(ep.tensors), cams, steps, list(ep.language),
