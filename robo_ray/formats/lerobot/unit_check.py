@@ -311,8 +311,9 @@ class LeRobotUnitVerifier:
                 fm = self.layout.camera_maps[cam.key]
                 ws.images[fm.target] = (lambda j, g=frames[(k, cam.key)], ch=fm.shape[2]:
                                         g[j] if ch == 3 else g[j][:, :, :1])
-                if cam.depth:
-                    ws.depth_bounds[fm.target] = self.writer.depth_quant.bound
+                bound = self.writer.depth_bound(fm.target)
+                if bound is not None:
+                    ws.depth_bounds[fm.target] = bound
                 if _copied(u, cam.key):
                     ws.exact.add(fm.target)
             out[u.sources[k]] = ws

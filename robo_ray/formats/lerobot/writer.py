@@ -21,8 +21,9 @@ stats.py (per episode in meta/episodes, mergeable per unit in the ledger, merged
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
+import numpy as np
 from pydantic import Field
 
 from robo_ray.episode import EpisodeRef, FeatureSpec
@@ -168,7 +169,7 @@ class LeRobotWriter(Writer):
         specs: dict[str, FeatureSpec] = {}
         for f in self.layout.features:
             if f.kind == "video":
-                specs[f.key] = FeatureSpec(f.key, "video", "uint8", tuple(f.shape))
+                specs[f.key] = FeatureSpec(f.key, "video", "uint16" if f.depth else "uint8", tuple(f.shape))
             elif f.kind not in ("string", "language"):
                 specs[f.key] = FeatureSpec(f.key, "tensor", f.dtype, tuple(f.shape))
         names = declare_features(specs)
@@ -177,6 +178,11 @@ class LeRobotWriter(Writer):
             if len(f.targets) == 1 and f.key in names and names[f.key].name:
                 out[f.targets[0]] = str(names[f.key].name)
         return out
+
+    def depth_bound(self, target: str) -> Callable[[np.ndarray], np.ndarray] | None:
+        """Depth cameras are quantized to 12 bits (formats/lerobot/depth.py): read back within `DepthQuant.bound`."""
+        depth = any(c.depth and c.targets == (target,) for c in self.layout.cameras)
+        return self.depth_quant.bound if depth else None
 
     def verify_unit(self, result: UnitResult, ctx: VerifyContext) -> Any:
         """Re-read one committed unit (its data parquet, meta/episodes part and MP4s; formats/lerobot/verify.py)."""
