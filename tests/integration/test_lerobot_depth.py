@@ -1,21 +1,23 @@
 """Depth through LeRobot v3.0 with the REAL lerobot 0.6.1 (issue #28 item 2), in its venv (tests/compat/venvs.py):
 
+0. `DepthQuant.quantize` / `dequantize` give lerobot's own numbers (`quantize_depth` / `dequantize_depth`, numpy
+   path) for every uint16 value, with lerobot's default, linear and near-range settings;
 1. a ROS bag with a 16UC1 depth camera (mcap_ros2's writer) -> robo-ray's LeRobot target: lerobot's
    `LeRobotDataset` finds the depth key (`meta.depth_keys`), `ds[i]` succeeds on every frame, and the first / middle /
    last frame of every episode it returns (float32 mm) equals robo-ray's dequantize(quantize(source)) (to 1 mm on a
-   few codes: _SAME_CODES) and lies within `DepthQuant.bound` of the source; meta/stats.json's depth entry is (1, 1, 1) millimetres within the
-   source's range; lerobot-doctor: no FAIL.
+   few codes: _SAME_CODES) and lies within `DepthQuant.bound` of the source; meta/stats.json's depth entry is
+   (1, 1, 1) millimetres within the source's range; lerobot-doctor: no FAIL.
 2. lerobot 0.6.1 itself writes a depth dataset (tests/compat/lerobot_depth_write.py: near, far, 0 = no depth and a
    pixel beyond depth_max) -> robo-ray's RLDS target: features.json declares a uint16 PNG image, and every frame read
    back from the TFRecords equals what lerobot's `ds[i]` returns for it (PNG is lossless; to 1 mm on a few codes:
-   _SAME_CODES), and lies within the bound
-   of the millimetres lerobot was given.
+   _SAME_CODES), and lies within the bound of the millimetres lerobot was given.
 
     pytest -m compat tests/integration/test_lerobot_depth.py
 """
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +25,7 @@ import numpy as np
 import pytest
 
 from robo_ray.formats.lerobot.depth import DepthQuant
-from tests.compat.venvs import COMPAT, VenvError, ensure_lerobot_venv_timed, lerobot_read, run_json_script
+from tests.compat.venvs import COMPAT, VenvError, clean_env, ensure_lerobot_venv_timed, lerobot_read, run_json_script
 from tests.conformance.writer_cases import _rosbag_depth, canonical_views
 from tests.conftest import run_cli
 
@@ -59,6 +61,34 @@ def _within(got: np.ndarray, src: np.ndarray) -> tuple[float, int]:
     """(largest |got - src| in mm, pixels beyond QUANT.bound(src))."""
     err = np.abs(got.astype(np.float64).reshape(src.shape) - src.astype(np.float64))
     return float(err.max()), int((err > QUANT.bound(src)).sum())
+
+
+_LEROBOT_QUANT = """
+import sys, numpy as np
+from lerobot.datasets.depth_utils import quantize_depth, dequantize_depth
+mm = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+out = {}
+for name, kw in (("log", {}), ("linear", {"use_log": False}), ("near", dict(depth_min=0.2, depth_max=4.0, shift=0.5))):
+    q = quantize_depth(mm, video_backend=None, **kw)
+    out[name + "/q"], out[name + "/mm"] = q, dequantize_depth(q, output_tensor=False, **kw)[0]
+np.savez(sys.argv[1], **out)
+"""
+
+
+def test_quantizer_is_lerobots(lerobot_python, tmp_path):
+    """quantize / dequantize give lerobot's numbers (its numpy path) for all 65,536 uint16 values, three settings."""
+    npz = tmp_path / "lerobot_quant.npz"
+    proc = subprocess.run([str(lerobot_python), "-c", _LEROBOT_QUANT, str(npz)], capture_output=True, text=True,
+                          env=clean_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    mm = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    quants = {"log": QUANT, "linear": DepthQuant(use_log=False), "near": DepthQuant(0.2, 4.0, 0.5, True)}
+    with np.load(npz) as z:
+        for name, q in quants.items():
+            codes = q.quantize(mm)
+            assert np.array_equal(codes, z[name + "/q"]), f"{name}: {int((codes != z[name + '/q']).sum())} codes"
+            back = q.dequantize(z[name + "/q"])
+            assert np.array_equal(back, z[name + "/mm"]), f"{name}: {int((back != z[name + '/mm']).sum())} values"
 
 
 def test_robo_ray_depth_loads_in_lerobot(lerobot_python, tmp_path):
