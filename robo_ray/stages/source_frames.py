@@ -1,4 +1,5 @@
-"""Source frames of an episode as RGB arrays (16-bit depth: HxWx1 uint16 values), decoded with PyAV independently of the convert path (Validate)."""
+"""Source frames of an episode as RGB arrays (16-bit depth: HxWx1 uint16 values), decoded with PyAV
+independently of the convert path (Validate)."""
 from __future__ import annotations
 
 import numpy as np

@@ -383,7 +383,8 @@ def _depth_problems(where: str, cam: str, frames: list[np.ndarray], back: list[n
     for k, (a, b) in enumerate(zip(frames, back)):
         b = np.asarray(b)
         if b.dtype != np.uint16 or b.size != a.size:
-            return [f"{where}: depth camera {cam!r} frame {k} read back as {b.dtype} {b.shape}, source uint16 {a.shape}"]
+            return [f"{where}: depth camera {cam!r} frame {k} read back as {b.dtype} {b.shape}, source uint16 "
+                    f"{a.shape}"]
         err = np.abs(b.reshape(a.shape).astype(np.float64) - a.astype(np.float64))
         allowed = np.zeros(a.shape) if bound is None else np.asarray(bound(a), np.float64)
         if (err > allowed).any():

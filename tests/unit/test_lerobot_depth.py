@@ -60,15 +60,17 @@ def test_info_round_trips_the_quantizer() -> None:
 
 def _frames(n: int, h: int = 24, w: int = 32) -> list[np.ndarray]:
     y, x = np.mgrid[0:h, 0:w]
-    return [(300 + 250 * x + 97 * y + 13 * t).astype(np.uint16)[:, :, None] for t in range(n)]
+    return [(300 + 200 * x + 97 * y + 13 * t).astype(np.uint16)[:, :, None] for t in range(n)]
 
 
 def test_hevc_gray12le_round_trip_is_exactly_the_quantized_codes(tmp_path: Path) -> None:
     q, frames = DepthQuant(), _frames(7)
     path = str(tmp_path / "depth.mp4")
     sampled: dict[int, np.ndarray] = {0: None, 6: None}  # type: ignore[dict-item]
-    assert encode_depth_episode(path, iter(frames), 7, 24, 32, 10, 2, 30, q, sampled) == 7
-    assert np.array_equal(sampled[6], frames[6][:, :, 0])
+    frames[2][0, 0, 0], frames[3][1, 1, 0] = 0, 11_000  # no depth; beyond depth_max
+    clipped = [0, 0, 0]
+    assert encode_depth_episode(path, iter(frames), 7, 24, 32, 10, 2, 30, q, sampled, clipped) == 7
+    assert np.array_equal(sampled[6], frames[6][:, :, 0]) and clipped == [1, 1, 7 * 24 * 32]
     with av.open(path) as c:
         s = c.streams.video[0]
         assert (s.codec.name, s.codec_context.pix_fmt) == ("hevc", "gray12le")

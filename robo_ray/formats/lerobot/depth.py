@@ -7,7 +7,8 @@ default: float32 millimetres, rounded).
 
 Quantization (log mode, lerobot's default; all lengths in mm here, the info fields in metres):
     code = rint((ln(d + shift) - ln(min + shift)) / (ln(max + shift) - ln(min + shift)) * 4095), clipped to 0..4095
-    d'   = rint(clip(exp(code * s + ln(min + shift)) - shift, min, max)),  s = (ln(max + shift) - ln(min + shift)) / 4095
+    d'   = rint(clip(exp(code * s + ln(min + shift)) - shift, min, max)),
+    s    = (ln(max + shift) - ln(min + shift)) / 4095
 Linear mode: code = rint((d - min) / (max - min) * 4095). `DepthQuant.bound` is the largest |d' - d| per pixel:
 half a code step through the inverse's slope, plus the final rounding to whole mm, plus the clipping of values
 outside [min, max] (0, "no depth", comes back as `min`, 10 mm by default). With the defaults (0.01 m .. 10 m,
@@ -135,12 +136,15 @@ def is_depth_info(info: Any) -> bool:
 
 
 def encode_depth_episode(path: str, frames: Iterable[Any], length: int, height: int, width: int, fps: int,
-                         g: int, crf: int, quant: DepthQuant, sampled: dict[int, np.ndarray] | None = None) -> int:
+                         g: int, crf: int, quant: DepthQuant, sampled: dict[int, np.ndarray] | None = None,
+                         clipped: list[int] | None = None) -> int:
     """Quantize and encode one depth camera of one episode into the MP4 at `path` (frame k at pts k, time base
-    1/fps). Frames whose index is a key of `sampled` are stored there (uint16 mm, HxW) for the statistics.
+    1/fps). Frames whose index is a key of `sampled` are stored there (uint16 mm, HxW) for the statistics;
+    `clipped` (3 counters) gets the pixels below depth_min (0 = no depth among them), above depth_max, and all.
     Returns the frame count; FrameCountMismatch when it is not `length`."""
     tb = Fraction(1, fps)
     n = 0
+    lo, hi = quant.depth_min * MM_PER_METRE, quant.depth_max * MM_PER_METRE
     with av.open(path, "w", format="mp4") as out:
         stream = out.add_stream(ENCODER, rate=fps, options=encoder_options(g, crf))
         stream.width, stream.height, stream.pix_fmt = width, height, PIX_FMT
@@ -155,6 +159,10 @@ def encode_depth_episode(path: str, frames: Iterable[Any], length: int, height: 
                                   "(depth is never resized)")
             if sampled is not None and n in sampled:
                 sampled[n] = mm
+            if clipped is not None:
+                clipped[0] += int((mm < lo).sum())
+                clipped[1] += int((mm > hi).sum())
+                clipped[2] += mm.size
             frame = av.VideoFrame.from_ndarray(quant.quantize(mm), format=PIX_FMT)
             frame.pts, frame.time_base = n, tb
             frame.pict_type = av.video.frame.PictureType.NONE
@@ -188,10 +196,16 @@ DEPTH_ENCODED = "a depth camera: quantized to 12-bit codes and encoded (lerobot'
 
 
 def encode_depth_camera(path: str, frames: Iterable[Any], length: int, height: int, width: int,
-                        writer: Any) -> dict[str, np.ndarray]:
+                        writer: Any) -> tuple[dict[str, np.ndarray], list[int]]:
     """One depth camera of one episode into `path` with the writer's settings and quantizer; returns the episode's
-    statistics of the source millimetres (`depth_stats`)."""
+    statistics of the source millimetres (`depth_stats`) and its clipped pixels [below, above, all]."""
     sampled: dict[int, np.ndarray] = dict.fromkeys(stats_sample_indices(length))  # type: ignore[arg-type]
-    s = writer.settings
-    encode_depth_episode(path, frames, length, height, width, s.fps, s.g, s.crf, writer.depth_quant, sampled)
-    return depth_stats([f for f in sampled.values() if f is not None])
+    s, clipped = writer.settings, [0, 0, 0]
+    encode_depth_episode(path, frames, length, height, width, s.fps, s.g, s.crf, writer.depth_quant, sampled,
+                         clipped)
+    return depth_stats([f for f in sampled.values() if f is not None]), clipped
+
+
+def clipped_json(counts: list[int]) -> dict[str, int]:
+    """A depth camera's clipped pixels as the unit's `extra["clipped_depth"]` holds them (run_warnings reads it)."""
+    return {"below": counts[0], "above": counts[1], "pixels": counts[2]}

@@ -4,7 +4,8 @@ Feature naming (by the mapping's role, else by the canonical target name):
     state  observation/state            -> observation.state
     camera observation/image_<name>     -> observation.images.<name>
     depth  observation/depth[_<name>]   -> observation.images.<name>_depth (lerobot's robots name depth cameras
-                                           `<camera>_depth`), shape (H, W, 1), `info.is_depth_map` (formats/lerobot/depth.py)
+                                           `<camera>_depth`), shape (H, W, 1), `info.is_depth_map`
+                                           (formats/lerobot/depth.py)
            observation/image (one camera) -> observation.images.<last part of the source key> (top, image, ...)
            observation/<other>          -> observation.images.<other, / as _>
     action every action tensor          -> `action`, float32, the tensors concatenated in mapping order (RLDS
@@ -152,7 +153,8 @@ def plan_layout(mapping: Mapping) -> Layout:
             h, w = int(fm.shape[0]), int(fm.shape[1])
             if depth and (h < MIN_DEPTH_SIDE or w < MIN_DEPTH_SIDE):
                 raise ConfigError(f"mapping: depth camera {fm.source!r} is {w}x{h}; x265 (lerobot's HEVC depth "
-                                  f"video) needs at least {MIN_DEPTH_SIDE}x{MIN_DEPTH_SIDE}: remove it from mapping.yaml")
+                                  f"video) needs at least {MIN_DEPTH_SIDE}x{MIN_DEPTH_SIDE}: remove it from "
+                                  "mapping.yaml")
             if depth:  # gray12le has no chroma: odd sizes are fine; never resized
                 key = unique(camera_key(fm))
                 camera_maps[key] = fm

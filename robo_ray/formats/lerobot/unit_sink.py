@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from robo_ray.episode import CanonicalEpisode
 from robo_ray.errors import DataCorrupt, EpisodeError
-from robo_ray.formats.lerobot.depth import DEPTH_ENCODED, encode_depth_camera
+from robo_ray.formats.lerobot.depth import DEPTH_ENCODED, clipped_json, encode_depth_camera
 from robo_ray.formats.lerobot.language import frame_rows
 from robo_ray.formats.lerobot.parquet import arrow_column, parquet_bytes, parquet_writer
 from robo_ray.formats.lerobot.paths import DATA_PATH, EPISODES_PATH, VIDEO_PATH, file_rel
@@ -51,6 +51,7 @@ class EpisodeFileSink(UnitSink):
         self._provisional = 0
         self._aggs: dict[str, Agg] = {}
         self._hists: dict[str, list[dict[str, Any]]] = {}
+        self._clipped: dict[str, list[int]] = {}  # depth camera -> pixels [below, above, all] its quantizer clipped
         self.next_episode = getattr(unit, "episode_offset", 0)
         self.next_index = getattr(unit, "index_offset", 0)
         self._planned = dict(getattr(unit, "task_ids", ()))
@@ -70,7 +71,7 @@ class EpisodeFileSink(UnitSink):
         columns = self._columns(episode)
         encoded: list[tuple[str, str, ImageHistogram]] = []
         decisions: dict[str, CameraState] = {}  # per camera: copied or encoded (applied with the episode)
-        depth_st: dict[str, dict[str, np.ndarray]] = {}  # per depth camera: the episode's statistics
+        depth_st: dict[str, tuple[dict[str, np.ndarray], list[int]]] = {}  # depth camera: stats, clipped pixels
         try:
             for cam in w.layout.cameras:
                 tmp = self.files.new_temp(self.video_rels[cam.key], "-episode")
@@ -149,7 +150,8 @@ class EpisodeFileSink(UnitSink):
         return self._tasks[task]
 
     def _append(self, ep: CanonicalEpisode, columns: dict[str, Any], encoded: list[tuple[str, str, ImageHistogram]],
-                decisions: dict[str, CameraState], depth_st: dict[str, dict[str, np.ndarray]]) -> None:
+                decisions: dict[str, CameraState], depth_st: dict[str, tuple[dict[str, np.ndarray], list[int]]]
+                ) -> None:
         w, n = self.writer, ep.length
         e, i0 = self.next_episode, self.next_index
         lang = [str(t) for t in ep.language]
@@ -180,7 +182,8 @@ class EpisodeFileSink(UnitSink):
         hists = {key: hist for key, _, hist in encoded}
         for f in w.layout.features:
             if f.kind == "video" and f.depth:
-                st = depth_st[f.key]
+                st, clipped = depth_st[f.key]
+                self._clipped[f.key] = [a + b for a, b in zip(self._clipped.get(f.key, [0, 0, 0]), clipped)]
                 agg = Agg.of_episode(st)
                 self._aggs[f.key] = agg if f.key not in self._aggs else self._aggs[f.key].merge(agg)
             elif f.kind == "video":
@@ -250,7 +253,8 @@ class EpisodeFileSink(UnitSink):
                 "numbering": {"episode_offset": getattr(self.unit, "episode_offset", 0),
                               "index_offset": getattr(self.unit, "index_offset", 0),
                               "task_ids": [self._tasks[t] for t in tasks]},
-                "stats": stats, "videos": self.copies.summary()}
+                "stats": stats, "videos": self.copies.summary(),
+                **({"clipped_depth": {k: clipped_json(v) for k, v in self._clipped.items()}} if self._clipped else {})}
 
     def _close_all(self) -> None:
         if self._pq is not None:
