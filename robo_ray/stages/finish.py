@@ -41,7 +41,7 @@ def run_warnings(ledger: dict[str, Any], episodes_written: int) -> list[str]:
         if below or above:
             out.append(f"{cam}: {below} of {pixels} depth pixels lie below the target's depth range (0, no depth, "
                        f"among them: they read back as its minimum) and {above} above it (read back as its "
-                       "maximum): set the target's depth range options (README, LeRobot depth)")
+                       "maximum): set the target's depth range options (README, target options)")
     return out
 
 
