@@ -109,6 +109,22 @@ def test_layout_refuses_what_lerobot_depth_cannot_hold(shape: list[int]) -> None
         plan_layout(_mapping(("observation/depth", shape)))
 
 
+def test_reader_features_of_lerobot_depth() -> None:
+    from robo_ray.errors import SourceFormatError
+    from robo_ray.formats.lerobot.reader import parse_features
+
+    feat = {"dtype": "video", "shape": [24, 32, 1], "names": ["height", "width", "channels"],
+            "info": video_info(24, 32, 10, 2, 30, DepthQuant())}
+    spec = parse_features({"observation.images.wrist_depth": feat, "observation.images.top": {
+        "dtype": "video", "shape": [24, 32, 3], "names": ["height", "width", "channels"]}})
+    depth, top = spec["observation.images.wrist_depth"], spec["observation.images.top"]
+    assert (depth.dtype, depth.shape, depth.role) == ("uint16", (24, 32, 1), "depth")
+    assert depth.name == "observation/depth_wrist"
+    assert (top.dtype, top.role, top.name) == ("uint8", "camera", "observation/image")  # the lone colour camera
+    with pytest.raises(SourceFormatError, match="depth map stored as images"):
+        parse_features({"observation.images.d": {**feat, "dtype": "image"}})
+
+
 def test_sampled_comparison_of_depth_frames() -> None:
     q, src = DepthQuant(), _frames(1)[0]
     good = q.dequantize(q.quantize(src))

@@ -89,7 +89,10 @@ def parse_features(raw: Any) -> dict[str, FeatureSpec]:
             hwc, declared = _image_hwc(key, feat)
             info = feat.get("info") or feat.get("video_info") or {}
             codec = info.get("video.codec") if isinstance(info, dict) else None
-            depth = dtype == "video" and is_depth_info(info)  # lerobot 0.6's 12-bit depth: uint16 mm (depth_read.py)
+            depth = is_depth_info(info)  # lerobot 0.6's 12-bit depth video: uint16 mm (depth_read.py)
+            if depth and dtype != "video":
+                raise SourceFormatError(f"meta/info.json: {key!r} is a depth map stored as images; robo-ray reads "
+                                        "lerobot depth stored as video only")
             out[key] = FeatureSpec(key, dtype, "uint16" if depth else "uint8", hwc, feat.get("names"), declared, codec)
         elif dtype in ("string", "language"):  # language: lerobot 0.6's language columns (formats/lerobot/language.py)
             out[key] = FeatureSpec(key, "string", dtype, (), feat.get("names"))
