@@ -76,6 +76,9 @@ def test_hevc_gray12le_round_trip_is_exactly_the_quantized_codes(tmp_path: Path)
         assert (s.codec.name, s.codec_context.pix_fmt) == ("hevc", "gray12le")
         pts = sorted(p.pts for p in c.demux(s) if p.dts is not None)
         assert pts == [k * int(1 / (10 * s.time_base)) for k in range(7)]  # frame k at exactly k/fps
+    again = str(tmp_path / "again.mp4")
+    encode_depth_episode(again, iter(frames), 7, 24, 32, 10, 2, 30, q)
+    assert Path(again).read_bytes() == Path(path).read_bytes()  # deterministic bytes (one thread, no B-frames)
     with av.open(path) as c:
         got = [decode_depth(f, q) for f in c.decode(c.streams.video[0])]
     assert len(got) == 7
