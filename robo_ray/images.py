@@ -9,7 +9,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image
 
-from robo_ray.errors import ImageDecodeError
+from robo_ray.errors import ImageDecodeError, VideoDecodeError
 
 
 @dataclass(frozen=True)
@@ -132,3 +132,27 @@ def _jpeg_from_yuv420(frame: av.VideoFrame, quality: int) -> bytes:
     ly, lc = ((_LUT_Y, _LUT2_Y), (_LUT_C, _LUT2_C)) if expand else (None, None)
     y, u, v = _plane(frame, 0, w, h, ly), _plane(frame, 1, w // 2, h // 2, lc), _plane(frame, 2, w // 2, h // 2, lc)
     return simplejpeg.encode_jpeg_yuv_planes(y, u, v, quality=quality)
+
+
+def depth_array(item: object) -> np.ndarray:
+    """A 16-bit depth frame as a writer receives it (PyAV frame, HxW[x1] array, 16-bit PNG bytes) -> HxW uint16."""
+    if isinstance(item, av.VideoFrame):
+        return item.to_ndarray(format="gray16le")
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        try:
+            with Image.open(io.BytesIO(bytes(item))) as im:
+                arr = np.asarray(im)
+        except Exception as exc:  # PIL raises many types for bad data
+            raise VideoDecodeError(f"cannot decode a 16-bit depth image: {exc}") from exc
+    else:
+        arr = np.asarray(item)
+    if arr.ndim == 3:
+        arr = arr[:, :, 0]
+    return np.ascontiguousarray(arr.astype("<u2", copy=False))
+
+
+def decode_frame(data: bytes, channels: int, dtype: str = "uint8") -> np.ndarray:
+    """Embedded image bytes -> HxWxC: 8-bit (`decode_image`), or for a 16-bit (depth) feature HxWx1 uint16 values."""
+    if dtype == "uint16":
+        return depth_array(data)[:, :, None]
+    return decode_image(data, channels)

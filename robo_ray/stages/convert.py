@@ -258,7 +258,7 @@ class UnitConverter:
                     arrays = images.array.astype(np.uint16)
                     return Frames(ep.length, (_beat(f) for f in arrays), shape, "uint16")
                 return Frames(ep.length, (_beat(_channels(f, channels)) for f in images.array), shape)
-            return Frames(ep.length, (_beat(b) for b in images), shape)
+            return Frames(ep.length, (_beat(b) for b in images), shape, fm.dtype)  # 16-bit PNG: "uint16"
         ref = ep.videos.get(fm.source)
         if ref is None:
             raise VideoMissing(f"episode {ep.episode_index}: no video reference for {fm.source}")

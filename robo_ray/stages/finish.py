@@ -23,13 +23,26 @@ from robo_ray.writers import Writer
 
 def run_warnings(ledger: dict[str, Any], episodes_written: int) -> list[str]:
     """What the run report warns about: written episodes without any language instruction (Octo / OpenVLA
-    loaders skip unlabeled trajectories)."""
+    loaders skip unlabeled trajectories); depth pixels a quantizing target clipped to its range (a unit's
+    `extra["clipped_depth"]`: {camera: {below, above, pixels}})."""
+    out: list[str] = []
     unlabeled = sum(int(s.get("unlabeled") or 0) for s in ledger.get("shards", []))
-    if not unlabeled:
-        return []
-    return [f"{unlabeled} of {episodes_written} written episodes have an empty language instruction on every "
-            "step (loaders that skip unlabeled episodes, e.g. OpenVLA, drop them): set one with --instruction "
-            "TEXT (config source.instruction)"]
+    if unlabeled:
+        out.append(f"{unlabeled} of {episodes_written} written episodes have an empty language instruction on every "
+                   "step (loaders that skip unlabeled episodes, e.g. OpenVLA, drop them): set one with "
+                   "--instruction TEXT (config source.instruction)")
+    clipped: dict[str, list[int]] = {}
+    for s in ledger.get("shards", []):
+        for cam, c in ((s.get("extra") or {}).get("clipped_depth") or {}).items():
+            tot = clipped.setdefault(str(cam), [0, 0, 0])
+            for i, k in enumerate(("below", "above", "pixels")):
+                tot[i] += int(c.get(k) or 0)
+    for cam, (below, above, pixels) in sorted(clipped.items()):
+        if below or above:
+            out.append(f"{cam}: {below} of {pixels} depth pixels lie below the target's depth range (0, no depth, "
+                       f"among them: they read back as its minimum) and {above} above it (read back as its "
+                       "maximum): set the target's depth range options (README, target options)")
+    return out
 
 
 def validate_and_publish(cfg: JobConfig, writer: Writer, inv: Inventory, reader: Reader | None,

@@ -41,6 +41,9 @@ class WrittenSample:
     images: dict[str, Callable[[int], np.ndarray]] = field(default_factory=dict)  # target -> k -> frame at idx[k]
     language: list[str] | None = None  # at idx
     exact: set[str] = field(default_factory=set)  # camera targets whose frames must equal the source's (copied)
+    # 16-bit (depth) camera targets stored lossy: source frame -> the largest error allowed per pixel (a writer's
+    # documented quantization); a 16-bit camera not here must come back exact
+    depth_bounds: dict[str, Callable[[np.ndarray], np.ndarray]] = field(default_factory=dict)
 
 
 def compare_sample(reader: Reader, mapping: Mapping, ref: EpisodeRef, written: WrittenSample,
@@ -72,6 +75,10 @@ def compare_sample(reader: Reader, mapping: Mapping, ref: EpisodeRef, written: W
                 if fm.target in written.exact and not np.array_equal(src, got):
                     out.append(f"episode {ref.episode_index} step {idx[k]}: {fm.target} was copied from the source's "
                                "encoded stream but does not decode bit-identical to the source's frame")
+                if src.dtype == np.uint16:  # depth: per pixel within the writer's bound, never by PSNR
+                    out += _depth_mismatch(ref.episode_index, idx[k], fm.target, src, got,
+                                           written.depth_bounds.get(fm.target))
+                    continue
                 if src.shape != got.shape:
                     src = resize_like(src, got.shape)
                 res.psnr.append(psnr(src, got))
@@ -83,6 +90,23 @@ def compare_sample(reader: Reader, mapping: Mapping, ref: EpisodeRef, written: W
                 out.append(f"episode {ref.episode_index} step {i}: language_instruction differs from the "
                            f"{'task' if d.language_source == 'task' else 'instruction'} ({want[i]!r})")
     return out
+
+
+def _depth_mismatch(episode: int, step: int, target: str, src: np.ndarray, got: np.ndarray,
+                    bound: Callable[[np.ndarray], np.ndarray] | None) -> list[str]:
+    """A 16-bit frame read back against its source: every pixel within `bound(src)` (None: exact)."""
+    got = np.asarray(got)
+    if got.size != src.size:
+        return [f"episode {episode} step {step}: {target} is {got.shape}, the source frame {src.shape}"]
+    err = np.abs(got.reshape(src.shape).astype(np.float64) - src.astype(np.float64))
+    allowed = np.zeros(src.shape) if bound is None else np.asarray(bound(src), np.float64)
+    bad = err > allowed
+    if not bad.any():
+        return []
+    worst = np.unravel_index(int(np.argmax(err - allowed)), err.shape)
+    return [f"episode {episode} step {step}: {target} depth off by up to {err.max():.0f} ({int(bad.sum())} pixels "
+            f"beyond the {'quantization bound' if bound is not None else 'exact match'}; e.g. {int(src[worst])} -> "
+            f"{int(got.reshape(src.shape)[worst])}, allowed {allowed[worst]:.2f})"]
 
 
 def compare_samples(ctx: VerifyContext, mapping: Mapping, samples: dict[int, WrittenSample],

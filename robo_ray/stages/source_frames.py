@@ -1,10 +1,11 @@
-"""Source frames of an episode as RGB arrays, decoded with PyAV independently of the convert path (Validate)."""
+"""Source frames of an episode as RGB arrays (16-bit depth: HxWx1 uint16 values), decoded with PyAV
+independently of the convert path (Validate)."""
 from __future__ import annotations
 
 import numpy as np
 
-from robo_ray.episode import Episode
-from robo_ray.images import decode_image
+from robo_ray.episode import Episode, RawFrames
+from robo_ray.images import decode_frame
 from robo_ray.readers.base import Reader
 from robo_ray.storage import is_local
 from robo_ray.video import VideoStream
@@ -13,8 +14,12 @@ from robo_ray.video import VideoStream
 def source_frames(reader: Reader, ep: Episode, key: str, steps: list[int]) -> list[np.ndarray]:
     """HxWxC uint8 frames at the given step indices: the frame whose timestamp matches each step."""
     channels = reader.features[key].shape[2]  # type: ignore[attr-defined]
+    dtype = str(reader.features[key].dtype)  # type: ignore[attr-defined]
     if key in ep.images:
-        return [decode_image(ep.images[key][i], channels) for i in steps]
+        images = ep.images[key]
+        if dtype == "uint16" and isinstance(images, RawFrames):  # 16-bit depth: its values, HxWx1
+            return [images.array[i].reshape(*images.array.shape[1:3], 1).astype(np.uint16) for i in steps]
+        return [decode_frame(images[i], channels, dtype) for i in steps]
     ref = ep.videos[key]
     path = reader.path(ref.path)  # type: ignore[attr-defined]
     opener = None if is_local(reader.fs) else (lambda: reader.open_binary(ref.path))  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ import posixpath
 from abc import ABC, abstractmethod
 from array import array
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -31,6 +31,8 @@ from robo_ray.errors import ConfigError
 from robo_ray.storage import is_local, join, sha256_file, url_to_fs
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from robo_ray.episode import CanonicalEpisode, EpisodeRef, FeatureSpec
     from robo_ray.mapping import ImageOptions, Mapping
     from robo_ray.readers.base import Inventory, Reader
@@ -359,6 +361,11 @@ class Writer(ABC):
         """{mapping target: the canonical name the paired reader gives that feature back}, for round trips through
         formats whose naming differs (flat dotted keys, cameras named by role). Identity by default."""
         return {fm.target: fm.target for fm in self.mapping.steps}
+
+    def depth_bound(self, target: str) -> Callable[[np.ndarray], np.ndarray] | None:
+        """For a 16-bit (depth) camera target the writer stores lossy: source frame -> the largest error allowed per
+        pixel when read back (its documented quantization); None: read back exactly (the default)."""
+        return None
 
     def usage(self) -> list[str]:
         """Markdown lines for final_report.md: how to load the output."""

@@ -17,7 +17,9 @@ read mode (default): LeRobotDataset(repo_id="local/<dir name>", root=ROOT, retur
     samples [{episode_index, frame_index, index, which, timestamp, task, task_index,
               values {feature: {"dtype", "shape", "value"}}, cameras {feature: npz key}}],
     checked_frames (how many ds[i] calls succeeded)
-  OUT.npz gets every sampled camera frame as uint8 HWC under the key "<index>/<camera feature>", and every sampled
+  depth_keys, depth_output_unit, depth_stats (meta/stats.json as lerobot loads it, per depth key),
+  OUT.npz gets every sampled camera frame as uint8 HWC under the key "<index>/<camera feature>" (depth cameras:
+  float32 millimetres HW1, as `ds[i]` returns them), and every sampled
   numeric value (with its own dtype) under "<index>/<feature>". --all-frames also calls ds[i] on every frame (values
   not stored) so any timestamp violation anywhere fails the run.
 doctor mode (--doctor): runs `lerobot-doctor check ROOT --json` and writes its report (version, overall_severity,
@@ -97,6 +99,7 @@ def read(root: Path, out: Path, which: list[str], backend: str | None, all_frame
     load_s = time.monotonic() - t0
     video_keys = list(meta.video_keys)
     image_keys = list(meta.image_keys)
+    depth_keys = list(getattr(meta, "depth_keys", []))
     episodes = []
     for ep in meta.episodes or []:  # datasets.Dataset rows without the stats/ columns; None if total_episodes=0
         episodes.append({"episode_index": int(ep["episode_index"]), "length": int(ep["length"]),
@@ -110,6 +113,9 @@ def read(root: Path, out: Path, which: list[str], backend: str | None, all_frame
         "features": {k: _jsonable_feature(v) for k, v in meta.features.items()},
         "video_keys": video_keys, "image_keys": image_keys, "tasks": tasks, "episodes": episodes,
         "stats_keys": sorted(meta.stats) if meta.stats else [], "samples": [], "checked_frames": 0,
+        "depth_keys": depth_keys, "depth_output_unit": getattr(ds, "depth_output_unit", None),
+        "depth_stats": {k: {s: np.asarray(v).tolist() for s, v in (meta.stats or {}).get(k, {}).items()}
+                        for k in depth_keys},
     }
     arrays: dict[str, np.ndarray] = {}
     stage = "getitem"
@@ -126,7 +132,10 @@ def read(root: Path, out: Path, which: list[str], backend: str | None, all_frame
                 for key, val in item.items():
                     if key in ("task",):
                         continue
-                    if key in video_keys or key in image_keys:
+                    if key in depth_keys:  # float32 millimetres (depth_output_unit "mm"), (1, H, W): kept as is
+                        arrays[f"{i}/{key}"] = np.ascontiguousarray(val.numpy().transpose(1, 2, 0))
+                        sample["cameras"][key] = f"{i}/{key}"
+                    elif key in video_keys or key in image_keys:
                         arr = val.numpy()
                         if arr.dtype != np.uint8:  # image features come back float32 in [0, 1] (ToTensor)
                             arr = np.clip(np.rint(arr * 255.0), 0, 255).astype(np.uint8)

@@ -28,7 +28,7 @@ import numpy as np
 from robo_ray.config import JobConfig, load_config
 from robo_ray.episode import CanonicalEpisode, EpisodeRef, FrameItem, Frames, QuarantineRecord
 from robo_ray.errors import FrameCountMismatch
-from robo_ray.images import decode_image
+from robo_ray.images import decode_frame
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import REGISTRY as READERS, open_reader
 from robo_ray.stages.convert import ConvertHooks, ConvertOptions, UnitConverter
@@ -115,6 +115,30 @@ def _lerobot_language(tmp: Path) -> Path:
     return root
 
 
+def _rosbag_depth(tmp: Path) -> Path:
+    """Two MCAP bags written by mcap_ros2's writer (tests/fixtures/rosbag_gen.py): joint states, commands, the task
+    and a 16UC1 depth camera (32x48, 500..2400 mm), the colour cameras left out (the suite's colour sources cover
+    them; a lone camera keeps its name through every target)."""
+    from tests.fixtures import rosbag_gen
+
+    folder = tmp / "bags"
+    for i in range(2):
+        messages = rosbag_gen.episode_messages(i, 1.0, with_depth=True)
+        rosbag_gen.write_bag(folder / f"episode_{i}", "mcap", [m for m in messages if not m[1].startswith("/cam_")])
+    return folder
+
+
+def _lerobot_depth(tmp: Path) -> Path:
+    """A LeRobot v3.0 dataset with a depth camera as lerobot 0.6.1 writes one (12-bit HEVC `observation.images.
+    depth`, `is_depth_map`), written by robo-ray's LeRobot writer from `_rosbag_depth` (that lerobot 0.6.1 itself
+    loads it within its quantization: tests/integration/test_lerobot_depth.py)."""
+    out = tmp / "src"
+    outcome = run_pipeline(load_config(None, [*BASE_SETS, "validate.tfds_readback=false"], **{
+        "source.url": str(_rosbag_depth(tmp)), "target.url": str(out), "target.format": "lerobot"}))
+    assert outcome.exit_code == 0, outcome.message
+    return out
+
+
 TWO_CAMS = DatasetSpec(version="v2.1", episode_lengths=[8, 6, 7, 5, 6, 4], with_reward_done=True,
                        cameras=[CameraSpec(TOP), CameraSpec(WRIST)])
 # name -> (maker, has a frame rate); frames reach the writer as PyAV frames (video) or arrays (Minari raw pixels)
@@ -128,8 +152,12 @@ SOURCES: dict[str, tuple[Callable[[Path], Path], bool]] = {
     "lerobot-v21-state-500": (_lerobot(DatasetSpec(version="v2.1", episode_lengths=[500], cameras=[])), True),
     "lerobot-v21-state-20000": (_lerobot(DatasetSpec(version="v2.1", episode_lengths=[20000], cameras=[])), True),
     "lerobot-v30-language": (_lerobot_language, True),
+    "rosbag-mcap-depth": (_rosbag_depth, True),
+    "lerobot-v30-depth": (_lerobot_depth, True),
 }
-ROUND_TRIP_SOURCES = ["lerobot-v21-2cam", "lerobot-v21-1cam", "minari-image-raw", "lerobot-v30-language"]
+DEPTH_SOURCES = ("rosbag-mcap-depth", "lerobot-v30-depth")
+ROUND_TRIP_SOURCES = ["lerobot-v21-2cam", "lerobot-v21-1cam", "minari-image-raw", "lerobot-v30-language",
+                      *DEPTH_SOURCES]
 
 
 # ---- the writer under test --------------------------------------------------------------------------------------
@@ -221,12 +249,15 @@ class EpisodeView:
     texts: dict[str, list[str]] = field(default_factory=dict)  # text step features by target
 
 
-def frame_array(item: FrameItem, channels: int) -> np.ndarray:
-    """A frame as it reaches a writer (PyAV frame, HxWxC array, encoded bytes) as an HxWxC array."""
+def frame_array(item: FrameItem, channels: int, dtype: str = "uint8") -> np.ndarray:
+    """A frame as it reaches a writer (PyAV frame, HxWxC array, encoded bytes) as an HxWxC array (16-bit depth:
+    its uint16 values)."""
     if isinstance(item, (bytes, bytearray, memoryview)):
-        return decode_image(bytes(item), channels)
+        return decode_frame(bytes(item), channels, dtype)
     if isinstance(item, np.ndarray):
         return item if item.ndim == 3 else item[:, :, None]
+    if dtype == "uint16":
+        return item.to_ndarray(format="gray16le")[:, :, None]
     arr = item.to_ndarray(format="gray" if channels == 1 else "rgb24")
     return arr[:, :, None] if arr.ndim == 2 else arr
 
@@ -239,7 +270,7 @@ def episode_id(ep: CanonicalEpisode) -> int:
 
 
 def view_of(ep: CanonicalEpisode) -> EpisodeView:
-    cams = {t: [frame_array(x, f.channels) for x in f] for t, f in ep.cameras.items()}
+    cams = {t: [frame_array(x, f.channels, f.dtype) for x in f] for t, f in ep.cameras.items()}
     steps = {"reward": ep.reward, "discount": ep.discount, "is_first": ep.is_first, "is_last": ep.is_last,
              "is_terminal": ep.is_terminal}
     return EpisodeView(episode_id(ep), ep.length, dict(ep.tensors), cams, steps, list(ep.language),
@@ -288,9 +319,12 @@ def output_views(writer: Writer) -> list[EpisodeView]:
 
 
 def compare_views(expected: list[EpisodeView], got: list[EpisodeView],
-                  min_psnr_db: float = MIN_PSNR_DB, names: dict[str, str] | None = None) -> list[str]:
+                  min_psnr_db: float = MIN_PSNR_DB, names: dict[str, str] | None = None,
+                  depth_bound: Callable[[str], Callable[[np.ndarray], np.ndarray] | None] | None = None) -> list[str]:
     """What differs between the source's episodes and the output's read back (empty: a faithful round trip).
-    Low-dim values and step fields exact, frame counts equal, every frame within `min_psnr_db`. Features match by
+    Low-dim values and step fields exact, frame counts equal, every frame within `min_psnr_db`; 16-bit (depth)
+    frames per pixel: exact, or within `depth_bound(target)` (Writer.depth_bound: a quantizing writer's documented
+    bound), never by PSNR. Features match by
     canonical name, except a lone camera on both sides: readers call it `observation/image` whatever its name was
     (a Minari `observation/pixels` comes back so from a format that names cameras by role). `names` is the writer's
     Writer.read_back_names(): the name each target has once read back (formats with flat dotted keys rename)."""
@@ -331,12 +365,32 @@ def compare_views(expected: list[EpisodeView], got: list[EpisodeView],
             if len(back) != len(frames):
                 problems.append(f"{where}: camera {cam!r} has {len(back)} frames, source {len(frames)}")
                 continue
+            if frames and frames[0].dtype == np.uint16:
+                problems += _depth_problems(where, cam, frames, back, (depth_bound or (lambda _: None))(cam))
+                continue
             worst = min((psnr(a, np.asarray(b).reshape(a.shape)) if np.asarray(b).size == a.size else -1.0)
                         for a, b in zip(frames, back)) if frames else 99.0  # 99: psnr's "identical"
             if worst < min_psnr_db:
                 problems.append(f"{where}: camera {cam!r} worst frame {worst:.1f} dB (< {min_psnr_db} dB; -1 = "
                                 "wrong shape)")
     return problems
+
+
+def _depth_problems(where: str, cam: str, frames: list[np.ndarray], back: list[np.ndarray],
+                    bound: Callable[[np.ndarray], np.ndarray] | None) -> list[str]:
+    """16-bit frames read back against the source's: same dtype and shape, every pixel within `bound` (None: exact)."""
+    out: list[str] = []
+    for k, (a, b) in enumerate(zip(frames, back)):
+        b = np.asarray(b)
+        if b.dtype != np.uint16 or b.size != a.size:
+            return [f"{where}: depth camera {cam!r} frame {k} read back as {b.dtype} {b.shape}, source uint16 "
+                    f"{a.shape}"]
+        err = np.abs(b.reshape(a.shape).astype(np.float64) - a.astype(np.float64))
+        allowed = np.zeros(a.shape) if bound is None else np.asarray(bound(a), np.float64)
+        if (err > allowed).any():
+            out.append(f"{where}: depth camera {cam!r} frame {k}: {int((err > allowed).sum())} pixels off by up to "
+                       f"{err.max():.0f} ({'exact expected' if bound is None else 'beyond the quantization bound'})")
+    return out
 
 
 def _same(a: np.ndarray, b: Any) -> bool:

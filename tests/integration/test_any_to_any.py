@@ -127,8 +127,8 @@ def test_lerobot_v30_to_rlds_and_back(lerobot_v30: Path, tmp_path: Path) -> None
 
 # ---- b) RLDS -> LeRobot v3.0 ---------------------------------------------------------------------------------------
 # Bridge-like variants of rlds_gen's `bridge` (nested action dict, string-Tensor instruction, float64 state, a key
-# with '/', a zlib Tensor) without its 16-bit depth camera (the LeRobot writer refuses depth) and without the empty
-# test episode; `bridge_like_meta` moves the top-level episode_id / success into episode_metadata with a file_path.
+# with '/', a zlib Tensor) without its 16-bit depth camera (up to 65 m, beyond lerobot's depth range) and without the
+# empty test episode; `bridge_like_meta` moves the top-level episode_id / success into episode_metadata with file_path.
 BRIDGE_LIKE = {"bridge_like": False, "bridge_like_meta": True}  # variant -> with episode_metadata
 BRIDGE_SPLITS = {"train": [9, 5], "val": [6]}
 

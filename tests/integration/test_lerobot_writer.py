@@ -279,8 +279,13 @@ def test_rlds_nested_action_is_concatenated(tmp_path):
     r = run_cli("spec", str(src), str(spec_dir))
     assert r.returncode == 0, r.stderr[-2000:]
     mapping = load_mapping((spec_dir / "mapping.yaml").read_text(), "mapping.yaml")
-    r = run_cli("run", str(src), str(tmp_path / "refused"), "--to", "lerobot", "--set", "target.options.fps=5")
-    assert r.returncode == 2 and "depth" in r.stderr, r.stderr[-2000:]  # 16-bit depth: refused, named
+    with_depth = tmp_path / "with-depth"  # 16-bit depth (values up to 65,535 mm): quantized, the clipping named
+    r = run_cli("run", str(src), str(with_depth), "--to", "lerobot", "--set", "target.options.fps=5",
+                "--set", "validate.tfds_readback=false", "--set", "convert.max_quarantine_fraction=0.5")
+    assert r.returncode == 0, r.stdout[-1000:] + r.stderr[-3000:]
+    depth = json.loads((with_depth / "meta/info.json").read_text())["features"]["observation.images.depth"]
+    assert depth["shape"] == [32, 32, 1] and depth["info"]["is_depth_map"], depth
+    assert "observation.images.depth: " in r.stderr and "above it" in r.stderr, r.stderr[-3000:]
     mapping.steps = [fm for fm in mapping.steps if fm.kind != "image" or fm.dtype == "uint8"]
     (spec_dir / "mapping.yaml").write_text(json.dumps(mapping.model_dump()))
     out = tmp_path / "out"

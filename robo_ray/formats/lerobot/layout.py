@@ -3,6 +3,9 @@
 Feature naming (by the mapping's role, else by the canonical target name):
     state  observation/state            -> observation.state
     camera observation/image_<name>     -> observation.images.<name>
+    depth  observation/depth[_<name>]   -> observation.images.<name>_depth (lerobot's robots name depth cameras
+                                           `<camera>_depth`), shape (H, W, 1), `info.is_depth_map`
+                                           (formats/lerobot/depth.py)
            observation/image (one camera) -> observation.images.<last part of the source key> (top, image, ...)
            observation/<other>          -> observation.images.<other, / as _>
     action every action tensor          -> `action`, float32, the tensors concatenated in mapping order (RLDS
@@ -21,8 +24,8 @@ Feature naming (by the mapping's role, else by the canonical target name):
                                            (robo_ray/formats/lerobot/language.py)
     bookkeeping                         -> timestamp (float32, k/fps), frame_index, episode_index, index, task_index
 Not written: is_first / is_last (lerobot derives them from frame_index and the episode bounds), episode
-metadata. Depth cameras (16-bit) are refused with a ConfigError (lerobot 0.6 quantizes depth to 12-bit HEVC; not
-done here): drop them from mapping.yaml. Grey cameras are encoded as 3-channel video.
+metadata. Depth cameras (16-bit) are quantized to 12-bit HEVC video as lerobot 0.6.1 does (formats/lerobot/depth.py).
+Grey 8-bit cameras are encoded as 3-channel video.
 """
 from __future__ import annotations
 
@@ -38,6 +41,9 @@ from robo_ray.formats.lerobot.paths import BOOKKEEPING
 from robo_ray.mapping import FieldMap, Mapping
 
 
+MIN_DEPTH_SIDE = 16  # x265 refuses smaller frames (avcodec_open2 EINVAL for 12x16, 8x8; 16x16 and 17x33 encode)
+
+
 @dataclass(frozen=True)
 class Feature:
     """One LeRobot feature and the mapping targets it is made of."""
@@ -50,6 +56,7 @@ class Feature:
     sizes: tuple[int, ...] = ()  # values per step of each target (action components)
     sources: tuple[str, ...] = ()
     role: str = ""  # tensors: the mapping's role (state, observation, ...): what GR00T's modality.json groups
+    depth: bool = False  # video: a 16-bit depth camera (12-bit quantized HEVC gray12le, shape (H, W, 1))
 
     @property
     def scalar(self) -> bool:
@@ -80,6 +87,9 @@ def _role(fm: FieldMap) -> str:
 def camera_key(fm: FieldMap) -> str:
     t = fm.target
     rest = t[len("observation/"):] if t.startswith("observation/") else t
+    if fm.dtype == "uint16" and (rest == "depth" or rest.startswith("depth_")):  # lerobot's `<camera>_depth`
+        name = rest[len("depth_"):] if rest.startswith("depth_") else "depth"
+        return f"observation.images.{name if name.endswith('depth') else name + '_depth'}"
     if rest == "image":
         name = _ident(re.split(r"[./]", fm.source.rstrip("./"))[-1]) or "image"
     elif rest.startswith("image_"):
@@ -118,7 +128,7 @@ class Layout:
 
 def plan_layout(mapping: Mapping) -> Layout:
     """The LeRobot features of a mapping (the naming table above); ConfigError for what LeRobot cannot
-    hold (depth, odd frame sizes)."""
+    hold (odd frame sizes, depth other than one 16-bit channel)."""
     out: list[Feature] = []
     taken: set[str] = set(BOOKKEEPING) | {"next.reward", "next.done", "discount"}
     camera_maps: dict[str, FieldMap] = {}
@@ -135,10 +145,21 @@ def plan_layout(mapping: Mapping) -> Layout:
     for fm in mapping.steps:
         role = _role(fm)
         if fm.kind == "image":
-            if role == "depth" or fm.dtype != "uint8":
-                raise ConfigError(f"mapping: {fm.source!r} is a {fm.dtype} depth image; the LeRobot target writes "
-                                  "8-bit colour video only: remove it from mapping.yaml (pass it back with --mapping)")
+            depth = role == "depth" or fm.dtype != "uint8"
+            if depth and (fm.dtype != "uint16" or (len(fm.shape) > 2 and int(fm.shape[2]) != 1)):
+                raise ConfigError(f"mapping: {fm.source!r} is a {fm.dtype} image of shape {fm.shape}; the LeRobot "
+                                  "target writes 8-bit colour or one-channel 16-bit depth (mm) only: remove it from "
+                                  "mapping.yaml (pass it back with --mapping)")
             h, w = int(fm.shape[0]), int(fm.shape[1])
+            if depth and (h < MIN_DEPTH_SIDE or w < MIN_DEPTH_SIDE):
+                raise ConfigError(f"mapping: depth camera {fm.source!r} is {w}x{h}; x265 (lerobot's HEVC depth "
+                                  f"video) needs at least {MIN_DEPTH_SIDE}x{MIN_DEPTH_SIDE}: remove it from "
+                                  "mapping.yaml")
+            if depth:  # gray12le has no chroma: odd sizes are fine; never resized
+                key = unique(camera_key(fm))
+                camera_maps[key] = fm
+                out.append(Feature(key, "video", "video", (h, w, 1), (fm.target,), (), (fm.source,), depth=True))
+                continue
             if h % 2 or w % 2:
                 raise ConfigError(f"mapping: camera {fm.source!r} is {w}x{h}; yuv420p video needs an even width and "
                                   "height: set images.resize (e.g. --set images.resize=[H,W])")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from robo_ray.formats.lerobot.depth import video_info as depth_video_info
 from robo_ray.formats.lerobot.layout import Feature
 from robo_ray.formats.lerobot.paths import BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, INFO, STATS, TASKS, VIDEO_PATH
 from robo_ray.formats.lerobot.stats import Agg, image_stats, merge_aggs, merge_image_json, stats_json
@@ -34,9 +35,9 @@ def build_meta(w: "LeRobotWriter", results: list[UnitResult], inv: Inventory | N
         parts = [r.extra["stats"][f.key] for r in results if (r.extra or {}).get("stats", {}).get(f.key)]
         if not parts:
             continue
-        if f.kind == "video":
+        if f.kind == "video" and not f.depth:
             merged[f.key] = image_stats(merge_image_json(parts))  # type: ignore[arg-type]
-        elif f.numeric:
+        elif f.numeric or f.depth:  # depth: episode stats merged as lerobot aggregates them (mm)
             agg = merge_aggs([Agg.from_json(p) for p in parts])
             if agg is not None:
                 merged[f.key] = agg.finish()
@@ -52,7 +53,10 @@ def info_json(w: "LeRobotWriter", inv: Inventory | None, episodes: int, frames: 
     feats: dict[str, Any] = {}
     for f in w.layout.features:
         d: dict[str, Any] = {"dtype": f.dtype, "shape": list(f.shape), "names": names_of(f, inv)}
-        if f.kind == "video":
+        if f.kind == "video" and f.depth:
+            s = w.settings
+            d["info"] = depth_video_info(f.shape[0], f.shape[1], s.fps, s.g, s.crf, w.depth_quant)
+        elif f.kind == "video":
             d["info"] = copied_camera_info(w.settings.info(f.shape[0], f.shape[1]), f.key, results or [])
         feats[f.key] = d
     o = w.options

@@ -52,7 +52,7 @@ def data_schema(layout: Layout) -> pa.Schema:
 
 
 def _stat_shape(f: Feature) -> tuple[int, ...]:
-    return (3, 1, 1) if f.kind == "video" else f.shape
+    return (1 if f.depth else 3, 1, 1) if f.kind == "video" else f.shape
 
 
 def stats_fields(f: Feature) -> list[pa.Field]:

@@ -5,7 +5,6 @@ Video stays referenced (`VideoRef`): the convert stage decodes it.
 """
 from __future__ import annotations
 
-import io
 import posixpath
 import re
 from dataclasses import replace
@@ -16,6 +15,7 @@ import pyarrow as pa
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable, VideoRef
 from robo_ray.errors import DataCorrupt, SourceFormatError, UnknownFormat, UnsafeInput
+from robo_ray.formats.lerobot.depth_read import depth_name, is_depth_info, read_depth
 from robo_ray.formats.lerobot.language import column_json
 from robo_ray.formats.lerobot.paths import BOOKKEEPING, INFO
 from robo_ray.readers.naming import LANGUAGE_TEXT
@@ -89,7 +89,11 @@ def parse_features(raw: Any) -> dict[str, FeatureSpec]:
             hwc, declared = _image_hwc(key, feat)
             info = feat.get("info") or feat.get("video_info") or {}
             codec = info.get("video.codec") if isinstance(info, dict) else None
-            out[key] = FeatureSpec(key, dtype, "uint8", hwc, feat.get("names"), declared, codec)
+            depth = is_depth_info(info)  # lerobot 0.6's 12-bit depth video: uint16 mm (depth_read.py)
+            if depth and dtype != "video":
+                raise SourceFormatError(f"meta/info.json: {key!r} is a depth map stored as images; robo-ray reads "
+                                        "lerobot depth stored as video only")
+            out[key] = FeatureSpec(key, dtype, "uint16" if depth else "uint8", hwc, feat.get("names"), declared, codec)
         elif dtype in ("string", "language"):  # language: lerobot 0.6's language columns (formats/lerobot/language.py)
             out[key] = FeatureSpec(key, "string", dtype, (), feat.get("names"))
         else:
@@ -113,11 +117,13 @@ def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]
     `next.reward` -> reward, `next.done` -> terminal; shape [1] columns other than action / observation.state are
     scalars; lerobot's index columns are bookkeeping; lerobot 0.6's language columns (JSON rows per frame) and
     instruction strings are language text (`LANGUAGE_TEXT`), other text features have no tensor form."""
-    n_cams = sum(f.kind in ("image", "video") for f in features.values())
+    n_cams = sum(f.kind in ("image", "video") and f.dtype != "uint16" for f in features.values())
     out: dict[str, FeatureSpec] = {}
     for key, feat in features.items():
         if key in BOOKKEEPING:
             out[key] = replace(feat, role="bookkeeping", note=BOOKKEEPING_NOTE)
+        elif feat.kind == "video" and feat.dtype == "uint16":  # `<camera>_depth` -> observation/depth_<camera>
+            out[key] = replace(feat, role="depth", name=depth_name(_ident(key.split('.')[-1])))
         elif feat.kind in ("image", "video"):
             name = "observation/image" if n_cams == 1 else f"observation/image_{_ident(key.split('.')[-1]) or 'cam'}"
             out[key] = replace(feat, role="camera", name=name,
@@ -437,6 +443,8 @@ class LeRobotReader(BaseReader):
             ep.timestamps = table["timestamp"].to_numpy().astype(np.float64).reshape(-1)
         else:
             ep.timestamps = np.arange(ep.length, dtype=np.float64) / self.fps
+        for key in (k for k, f in self.features.items() if f.kind == "video" and f.dtype == "uint16"):
+            ep.images[key] = read_depth(self, key, ep)  # depth: decoded, dequantized to mm (depth_read.py)
         ep.step_tasks = self._step_tasks(table, ref)
         ep.metadata = {"episode_id": ref.episode_index, "file_path": ref.data_path}
         return ep
@@ -486,10 +494,3 @@ def _image_bytes(column: pa.ChunkedArray, ref: EpisodeRef, key: str) -> list[byt
         out.append(bytes(data))
     return out
 
-
-def decode_image_bytes(data: bytes) -> np.ndarray:
-    """PNG/JPEG bytes -> HxWxC uint8 (used by convert when re-encoding, and by validation)."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:
-        return np.asarray(im.convert("RGB") if im.mode not in ("RGB", "L") else im)

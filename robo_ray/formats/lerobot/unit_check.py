@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from robo_ray.formats.lerobot.paths import INFO, VIDEO_PATH
 from robo_ray.formats.lerobot.unit_view import (UnitView, meta_problems, numbering_problems, problem_detail,
                                                 schema_problem)
+from robo_ray.formats.lerobot.depth import CODEC as DEPTH_CODEC, PIX_FMT as DEPTH_PIX_FMT, DepthQuant, decode_depth
 from robo_ray.formats.lerobot.video_encode import ENCODERS, PIX_FMT
 from robo_ray.stages.check_records import UnitCheck
 from robo_ray.stages.norm_stats import StatsAccumulator
@@ -232,10 +233,11 @@ class LeRobotUnitVerifier:
                 s = c.streams.video[0]
                 cc = s.codec_context
                 h, w = cam.shape[:2]
-                if (cc.width, cc.height) != (w, h) or cc.pix_fmt != PIX_FMT:
-                    problems.append(f"{rel}: {cc.width}x{cc.height} {cc.pix_fmt}, the features say {w}x{h} {PIX_FMT}")
+                pix_fmt = DEPTH_PIX_FMT if cam.depth else PIX_FMT
+                if (cc.width, cc.height) != (w, h) or cc.pix_fmt != pix_fmt:
+                    problems.append(f"{rel}: {cc.width}x{cc.height} {cc.pix_fmt}, the features say {w}x{h} {pix_fmt}")
                 copied = _copied(u, cam.key)
-                codec = copied or ENCODERS[self.writer.options.vcodec][1]
+                codec = DEPTH_CODEC if cam.depth else copied or ENCODERS[self.writer.options.vcodec][1]
                 if s.codec.name != codec and not (codec == "av1" and s.codec.name in AV1_DECODERS):
                     problems.append(f"{rel}: codec {s.codec.name}, written as {codec}")
                 ticks = Fraction(1, fps) / s.time_base
@@ -245,14 +247,17 @@ class LeRobotUnitVerifier:
                     problems.append(f"{rel}: {len(pts)} packets for {total} frames, or pts not k/{fps} "
                                     f"(time base {s.time_base})")
                     return {}, 0
-                return self._decode_episodes(u, rel, c, s, fps, keep, problems)
+                quant = self.writer.depth_quant if cam.depth else None
+                return self._decode_episodes(u, rel, c, s, fps, keep, problems, quant)
         finally:
             if hasattr(f, "close"):
                 f.close()
 
     def _decode_episodes(self, u: UnitView, rel: str, c: Any, s: Any, fps: int, keep: set[int],
-                         problems: list[str]) -> tuple[dict[int, list[np.ndarray]], int]:
-        """First / middle / last frame of every episode at lerobot's query time (from_timestamp + k/fps)."""
+                         problems: list[str], quant: DepthQuant | None = None
+                         ) -> tuple[dict[int, list[np.ndarray]], int]:
+        """First / middle / last frame of every episode at lerobot's query time (from_timestamp + k/fps); depth
+        (`quant`) dequantized to mm as lerobot does."""
         out: dict[int, list[np.ndarray]] = {}
         n_dec = 0
         for k, (a, n) in enumerate(zip(u.starts(), u.lengths)):
@@ -260,7 +265,7 @@ class LeRobotUnitVerifier:
             got = []
             for i in idx:
                 q = (a + i) / fps
-                arr = _decode_at(c, s, q)
+                arr = _decode_at(c, s, q, quant)
                 if arr is None:
                     problems.append(f"{u.where(rel, k)}: no frame within {TOLERANCE_S}s of t={q:.6f}s (frame {i})")
                     break
@@ -306,6 +311,9 @@ class LeRobotUnitVerifier:
                 fm = self.layout.camera_maps[cam.key]
                 ws.images[fm.target] = (lambda j, g=frames[(k, cam.key)], ch=fm.shape[2]:
                                         g[j] if ch == 3 else g[j][:, :, :1])
+                bound = self.writer.depth_bound(fm.target)
+                if bound is not None:
+                    ws.depth_bounds[fm.target] = bound
                 if _copied(u, cam.key):
                     ws.exact.add(fm.target)
             out[u.sources[k]] = ws
@@ -341,13 +349,13 @@ def _as_mapped(values: np.ndarray, dtype: str) -> np.ndarray:
     return values.astype(np.float32)
 
 
-def _decode_at(c: Any, s: Any, q: float) -> np.ndarray | None:
-    """The frame whose time is within TOLERANCE_S (strictly) of q, RGB; None when there is none."""
+def _decode_at(c: Any, s: Any, q: float, quant: DepthQuant | None = None) -> np.ndarray | None:
+    """The frame whose time is within TOLERANCE_S (strictly) of q, RGB (depth: HxWx1 mm); None when there is none."""
     c.seek(int(q / s.time_base), stream=s, backward=True, any_frame=False)
     for frame in c.decode(s):
         t = float(frame.time)
         if abs(t - q) < TOLERANCE_S:
-            return frame.to_ndarray(format="rgb24")
+            return frame.to_ndarray(format="rgb24") if quant is None else decode_depth(frame, quant)
         if t > q + TOLERANCE_S:
             return None
     return None

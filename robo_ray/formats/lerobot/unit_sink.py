@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 
 from robo_ray.episode import CanonicalEpisode
 from robo_ray.errors import DataCorrupt, EpisodeError
+from robo_ray.formats.lerobot.depth import DEPTH_ENCODED, clipped_json, encode_depth_camera
 from robo_ray.formats.lerobot.language import frame_rows
 from robo_ray.formats.lerobot.parquet import arrow_column, parquet_bytes, parquet_writer
 from robo_ray.formats.lerobot.paths import DATA_PATH, EPISODES_PATH, VIDEO_PATH, file_rel
@@ -50,6 +51,7 @@ class EpisodeFileSink(UnitSink):
         self._provisional = 0
         self._aggs: dict[str, Agg] = {}
         self._hists: dict[str, list[dict[str, Any]]] = {}
+        self._clipped: dict[str, list[int]] = {}  # depth camera -> pixels [below, above, all] its quantizer clipped
         self.next_episode = getattr(unit, "episode_offset", 0)
         self.next_index = getattr(unit, "index_offset", 0)
         self._planned = dict(getattr(unit, "task_ids", ()))
@@ -69,12 +71,17 @@ class EpisodeFileSink(UnitSink):
         columns = self._columns(episode)
         encoded: list[tuple[str, str, ImageHistogram]] = []
         decisions: dict[str, CameraState] = {}  # per camera: copied or encoded (applied with the episode)
+        depth_st: dict[str, tuple[dict[str, np.ndarray], list[int]]] = {}  # depth camera: stats, clipped pixels
         try:
             for cam in w.layout.cameras:
                 tmp = self.files.new_temp(self.video_rels[cam.key], "-episode")
                 hist = ImageHistogram(3)
                 encoded.append((cam.key, tmp, hist))
                 frames = episode.cameras[cam.targets[0]]
+                if cam.depth:
+                    decisions[cam.key] = CameraState(mode="encode", reason=DEPTH_ENCODED)
+                    depth_st[cam.key] = encode_depth_camera(tmp, frames, n, cam.shape[0], cam.shape[1], w)
+                    continue
                 decisions[cam.key] = self.copies.decide(cam.key, tmp, frames, n, hist, episode.episode_index)
                 if decisions[cam.key].mode != "copy":
                     h, wd = cam.shape[:2]
@@ -87,7 +94,7 @@ class EpisodeFileSink(UnitSink):
             for cam in w.layout.cameras:
                 if decisions[cam.key].switch:  # the unit's camera held copied episodes: re-encode them too
                     self._reencode_camera(cam)
-            self._append(episode, columns, encoded, decisions)
+            self._append(episode, columns, encoded, decisions, depth_st)
         except BaseException as exc:  # the unit's files may hold part of the episode: the unit cannot commit
             self._broken = exc
             raise
@@ -143,7 +150,8 @@ class EpisodeFileSink(UnitSink):
         return self._tasks[task]
 
     def _append(self, ep: CanonicalEpisode, columns: dict[str, Any], encoded: list[tuple[str, str, ImageHistogram]],
-                decisions: dict[str, CameraState]) -> None:
+                decisions: dict[str, CameraState], depth_st: dict[str, tuple[dict[str, np.ndarray], list[int]]]
+                ) -> None:
         w, n = self.writer, ep.length
         e, i0 = self.next_episode, self.next_index
         lang = [str(t) for t in ep.language]
@@ -173,7 +181,12 @@ class EpisodeFileSink(UnitSink):
         self._pq.write_table(table, row_group_size=n)
         hists = {key: hist for key, _, hist in encoded}
         for f in w.layout.features:
-            if f.kind == "video":
+            if f.kind == "video" and f.depth:
+                st, clipped = depth_st[f.key]
+                self._clipped[f.key] = [a + b for a, b in zip(self._clipped.get(f.key, [0, 0, 0]), clipped)]
+                agg = Agg.of_episode(st)
+                self._aggs[f.key] = agg if f.key not in self._aggs else self._aggs[f.key].merge(agg)
+            elif f.kind == "video":
                 st = hists[f.key].stats()
                 self._hists.setdefault(f.key, []).append(image_stats_json(hists[f.key].hist, hists[f.key].frames))
             elif f.numeric:
@@ -240,7 +253,8 @@ class EpisodeFileSink(UnitSink):
                 "numbering": {"episode_offset": getattr(self.unit, "episode_offset", 0),
                               "index_offset": getattr(self.unit, "index_offset", 0),
                               "task_ids": [self._tasks[t] for t in tasks]},
-                "stats": stats, "videos": self.copies.summary()}
+                "stats": stats, "videos": self.copies.summary(),
+                **({"clipped_depth": {k: clipped_json(v) for k, v in self._clipped.items()}} if self._clipped else {})}
 
     def _close_all(self) -> None:
         if self._pq is not None:

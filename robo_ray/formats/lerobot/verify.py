@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robo_ray.formats.lerobot.depth import PIX_FMT as DEPTH_PIX_FMT, is_depth_info
 from robo_ray.formats.lerobot.paths import CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS, TASKS, VIDEO_PATH
 from robo_ray.formats.lerobot.trainer_meta import MODALITY, NORM_STATS, modality_json, openpi_norm_stats, slice_problems
 from robo_ray.formats.lerobot.unit_check import LeRobotUnitVerifier
@@ -118,7 +119,9 @@ class LeRobotVerifier(LeRobotUnitVerifier):
             problems.append(f"features differ from the mapping's: {diff[:8]}")
         for key in self.layout.cameras:
             vinfo = (feats.get(key.key) or {}).get("info") or {}
-            if vinfo.get("video.fps") != fps or vinfo.get("video.pix_fmt") != "yuv420p":
+            pix_fmt = DEPTH_PIX_FMT if key.depth else "yuv420p"
+            if vinfo.get("video.fps") != fps or vinfo.get("video.pix_fmt") != pix_fmt or \
+                    is_depth_info(vinfo) != key.depth:
                 problems.append(f"{key.key}: video info {vinfo}")
         splits = info.get("splits")
         ranges = sorted(tuple(int(x) for x in str(v).split(":")) for v in splits.values()) \
@@ -294,8 +297,9 @@ class LeRobotVerifier(LeRobotUnitVerifier):
             if not isinstance(st, dict) or any(k not in st for k in ("mean", "std", "min", "max", "count")):
                 problems.append(f"{f.key}: missing or incomplete")
                 continue
-            if f.kind == "video" and np.asarray(st["mean"]).shape != (3, 1, 1):
-                problems.append(f"{f.key}: image stats shape {np.asarray(st['mean']).shape}, expected (3, 1, 1)")
+            want = (1 if f.depth else 3, 1, 1)
+            if f.kind == "video" and np.asarray(st["mean"]).shape != want:
+                problems.append(f"{f.key}: image stats shape {np.asarray(st['mean']).shape}, expected {want}")
         res.add("stats", not problems, "meta/stats.json covers every numeric feature and camera" if not problems
                 else "; ".join(problems[:8]))
 

@@ -21,12 +21,14 @@ stats.py (per episode in meta/episodes, mergeable per unit in the ledger, merged
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
+import numpy as np
 from pydantic import Field
 
 from robo_ray.episode import EpisodeRef, FeatureSpec
 from robo_ray.errors import ConfigError
+from robo_ray.formats.lerobot.depth import DepthQuant
 from robo_ray.formats.lerobot.finalize import finalize_dataset
 from robo_ray.formats.lerobot.layout import plan_layout
 from robo_ray.formats.lerobot.parquet import data_schema, episodes_schema
@@ -54,6 +56,11 @@ class LeRobotOptions(WriterOptions):
     video_files_size_in_mb: int = Field(200, gt=0)
     robot_type: str | None = None  # default: the source's
     reencode: bool = False  # True: never copy a source's encoded video, decode and encode every camera
+    # depth cameras (formats/lerobot/depth.py): lerobot's DepthEncoderConfig quantizer, metres
+    depth_min: float = Field(0.01, ge=0)
+    depth_max: float = Field(10.0, gt=0)
+    depth_shift: float = 3.5
+    depth_use_log: bool = True
 
 
 class LeRobotWriter(Writer):
@@ -70,6 +77,8 @@ class LeRobotWriter(Writer):
         super().__init__(out_url, mapping, storage_options, options)
         self.options: LeRobotOptions
         self.layout = plan_layout(mapping)
+        if any(c.depth for c in self.layout.cameras):
+            self.depth_quant  # noqa: B018 - ConfigError now for a bad quantizer, not in a unit
         self.data_schema = data_schema(self.layout)
         self.episodes_schema = episodes_schema(self.layout)
 
@@ -85,6 +94,11 @@ class LeRobotWriter(Writer):
     def takes_encoded_video(self) -> bool:  # type: ignore[override]
         """Copies a source's encoded video that fits (formats/lerobot/video_copy.py) unless told to re-encode."""
         return not self.options.reencode
+
+    @property
+    def depth_quant(self) -> DepthQuant:
+        o = self.options
+        return DepthQuant(o.depth_min, o.depth_max, o.depth_shift, o.depth_use_log)
 
     @property
     def settings(self) -> VideoSettings:
@@ -155,7 +169,7 @@ class LeRobotWriter(Writer):
         specs: dict[str, FeatureSpec] = {}
         for f in self.layout.features:
             if f.kind == "video":
-                specs[f.key] = FeatureSpec(f.key, "video", "uint8", tuple(f.shape))
+                specs[f.key] = FeatureSpec(f.key, "video", "uint16" if f.depth else "uint8", tuple(f.shape))
             elif f.kind not in ("string", "language"):
                 specs[f.key] = FeatureSpec(f.key, "tensor", f.dtype, tuple(f.shape))
         names = declare_features(specs)
@@ -164,6 +178,11 @@ class LeRobotWriter(Writer):
             if len(f.targets) == 1 and f.key in names and names[f.key].name:
                 out[f.targets[0]] = str(names[f.key].name)
         return out
+
+    def depth_bound(self, target: str) -> Callable[[np.ndarray], np.ndarray] | None:
+        """Depth cameras are quantized to 12 bits (formats/lerobot/depth.py): read back within `DepthQuant.bound`."""
+        depth = any(c.depth and c.targets == (target,) for c in self.layout.cameras)
+        return self.depth_quant.bound if depth else None
 
     def verify_unit(self, result: UnitResult, ctx: VerifyContext) -> Any:
         """Re-read one committed unit (its data parquet, meta/episodes part and MP4s; formats/lerobot/verify.py)."""

@@ -23,9 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from robo_ray.episode import png_bytes
 from robo_ray.formats.ortf.layout import MANIFEST, episode_id, steps_schema
-from robo_ray.images import decode_image
 from robo_ray.stages.check_records import UnitCheck
 from robo_ray.stages.norm_stats import StatsAccumulator
 from robo_ray.stages.sample_compare import WrittenSample, compare_samples
@@ -277,8 +275,8 @@ def _image_fn(frames: dict[int, av.VideoFrame], depth: bool, channels: int) -> C
 
     def get(k: int) -> np.ndarray:
         frame = frames[keys[k]]
-        if depth:  # as 16-bit PNG, decoded as the source's embedded depth images are
-            return decode_image(png_bytes(frame.to_ndarray(format="gray16le")), 1)
+        if depth:  # 16-bit values, HxWx1 (compared with the source's exactly: FFV1 is lossless)
+            return frame.to_ndarray(format="gray16le")[:, :, None]
         arr = frame.to_ndarray(format="gray" if channels == 1 else "rgb24")
         return arr[:, :, None] if arr.ndim == 2 else arr
     return get

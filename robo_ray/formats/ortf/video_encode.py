@@ -2,7 +2,6 @@
 the decoder's frames, libx264rgb (lossless, or sizes 4:2:0 cannot hold), FFV1 gray16le for 16-bit depth."""
 from __future__ import annotations
 
-import io
 from fractions import Fraction
 from typing import Any, Iterable
 
@@ -10,7 +9,7 @@ import av
 import numpy as np
 
 from robo_ray.errors import VideoDecodeError
-from robo_ray.images import decode_image
+from robo_ray.images import decode_image, depth_array
 
 # x264 / FFV1 with one thread: the bytes do not depend on the machine's core count (actors are the parallelism)
 ENCODER_THREADS = 1
@@ -41,24 +40,6 @@ def _rgb_array(arr: np.ndarray, resize: tuple[int, int] | None) -> np.ndarray:
     return np.ascontiguousarray(arr[:, :, :3], dtype=np.uint8)
 
 
-def _depth_array(item: Any) -> np.ndarray:
-    if isinstance(item, av.VideoFrame):
-        return item.to_ndarray(format="gray16le")
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        from PIL import Image
-
-        try:
-            with Image.open(io.BytesIO(bytes(item))) as im:
-                arr = np.asarray(im)
-        except Exception as exc:  # PIL raises many types for bad data
-            raise VideoDecodeError(f"cannot decode a 16-bit depth image: {exc}") from exc
-    else:
-        arr = np.asarray(item)
-    if arr.ndim == 3:
-        arr = arr[:, :, 0]
-    return np.ascontiguousarray(arr.astype("<u2", copy=False))
-
-
 class VideoEncoder:
     """One camera's frames of one episode -> one MP4 (frame k at pts k, time base 1/fps); decoded frames are
     encoded once, from the decoder's frame (PyAV), the array, or the decoded source bytes."""
@@ -71,7 +52,7 @@ class VideoEncoder:
     def frame(self, item: Any, kind: str | None) -> av.VideoFrame:
         """The item as a VideoFrame ready for `kind`'s encoder (None: not decided yet)."""
         if self.depth:
-            return av.VideoFrame.from_ndarray(_depth_array(item), format="gray16le")
+            return av.VideoFrame.from_ndarray(depth_array(item), format="gray16le")
         if isinstance(item, av.VideoFrame):
             frame = item
             if self.resize and (frame.height, frame.width) != tuple(self.resize):

@@ -16,7 +16,7 @@ from robo_ray.formats.rlds.example import decode_example, decode_example_stream
 from robo_ray.formats.rlds.readback import ReadbackUnavailable, readback_process
 from robo_ray.formats.rlds.schema import shard_filename
 from robo_ray.formats.rlds.tfrecord import STREAM_RECORDS_OVER, iter_records
-from robo_ray.images import decode_image
+from robo_ray.images import decode_frame
 from robo_ray.stages.check_records import UnitCheck, UnitChecks, ValidationResult
 from robo_ray.stages.norm_stats import StatsAccumulator
 from robo_ray.stages.sample_compare import WrittenSample, compare_samples
@@ -204,7 +204,7 @@ class RldsVerifier:
                 out.tensors[fm.target] = np.asarray(ex[key]).reshape(T, per)[idx]
             elif fm.kind == "image":
                 imgs, channels = ex[key], fm.shape[2]
-                out.images[fm.target] = lambda k, imgs=imgs, c=channels: decode_image(imgs[idx[k]], c)
+                out.images[fm.target] = lambda k, imgs=imgs, c=channels, d=fm.dtype: decode_frame(imgs[idx[k]], c, d)
         lang = ex.get("steps/language_instruction", [])
         out.language = [lang[i].decode("utf-8") for i in idx if i < len(lang)]
         return out
@@ -232,7 +232,7 @@ class RldsVerifier:
             imgs = ex.get(f"steps/{fm.target}") or []
             for i in sample_indices(T):
                 try:
-                    arr = decode_image(imgs[i], fm.shape[2])
+                    arr = decode_frame(imgs[i], fm.shape[2], fm.dtype)
                 except (EpisodeError, IndexError):
                     bad += 1
                     continue
