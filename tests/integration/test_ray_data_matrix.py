@@ -1,0 +1,178 @@
+"""Issue #29's round trip per source x target pair: every source robo-ray reads (LeRobot v2.1 and v3.0, Minari,
+ORTF, RLDS written by tfds, robomimic and ALOHA HDF5, zarr, ROS bag), each written by its ecosystem's own library
+(tests/fixtures), through `robo_ray.data.read` -> `robo_ray.data.write` to every target (RLDS, LeRobot v3.0,
+ORTF), equals `robo-ray run` (in this process) of the same source: RLDS byte for byte (the whole rlds/ tree),
+LeRobot and ORTF value for value (every low-dim column exactly, the tasks of every step, frames >= 30 dB: the rows
+carry encoded frames that LeRobot / ORTF re-encode as video). One local Ray instance for the module; 2-3 short
+episodes a source. Plus one non-LeRobot source (ALOHA HDF5) from moto S3 to S3.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import robo_ray.data as rd
+from ray.data.block import BlockAccessor
+from robo_ray.data.datasource import SourceDatasource
+from robo_ray.errors import ConfigError
+from robo_ray.mapping import default_mapping
+from robo_ray.readers import open_reader
+from robo_ray.stages.spec import mapping_yaml
+from tests.conftest import convert_in_process, psnr, source_cache
+from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen, rosbag_gen, rlds_gen, zarr_gen
+from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
+from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
+from tests.integration.test_discover_scan import ray_local  # noqa: F401 - a local Ray instance for the module
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_data"), pytest.mark.timeout(600)]
+
+NO_READBACK = {"validate": {"tfds_readback": False}}
+HW = (32, 48)
+MIN_PSNR = 30.0
+
+
+def _lerobot(version: str) -> Callable[[Path], Path]:
+    return lambda tmp: write_lerobot_dataset(tmp / "le", DatasetSpec(
+        version=version, episode_lengths=[5, 4], state_dim=3, action_dim=2, cameras=[
+            CameraSpec("observation.images.top", height=HW[0], width=HW[1]),
+            CameraSpec("observation.images.wrist", height=HW[0], width=HW[1], storage="image")]))
+
+
+def _minari(tmp: Path) -> Path:
+    return tmp.joinpath(*minari_gen.make_dataset(tmp, "image", "hdf5", episodes=2).split("/"))
+
+
+# name -> (writes the source under a temp folder and returns its URL, the source's --fps if it has no rate)
+SOURCES: dict[str, tuple[Callable[[Path], Path], float | None]] = {
+    "lerobot-v2.1": (_lerobot("v2.1"), None),
+    "lerobot-v3.0": (_lerobot("v3.0"), None),
+    "minari": (_minari, 10.0),
+    "ortf": (lambda tmp: ortf_gen.write_ortf_native(tmp / "ortf"), None),
+    "rlds": (lambda tmp: rlds_gen.write_rlds_dataset(tmp / "rlds", "oxe_lang"), 10.0),
+    "robomimic": (lambda tmp: robomimic_gen.write_robomimic(tmp / "lift" / "image.hdf5", (5, 4), HW), None),
+    "aloha": (lambda tmp: aloha_gen.write_dataset(tmp / "aloha", (5, 4), cameras=("cam_high", "cam_left_wrist"),
+                                                  hw=HW), None),
+    "zarr": (lambda tmp: zarr_gen.write_pusht(tmp / "pusht" / "pusht.zarr", (5, 4), (32, 32)), 10.0),
+    "rosbag": (lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "mcap", episodes=2, seconds=0.5), None),
+}
+TARGETS = ("rlds", "lerobot", "ortf")
+REFUSED = {("ortf", "lerobot")}  # the target cannot hold one of the source's cameras: both refuse the same way
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Callable[[str], Path]:
+    return source_cache(tmp_path_factory, lambda name, tmp: SOURCES[name][0](tmp))
+
+
+def _reader_options(name: str) -> dict[str, Any]:
+    fps = SOURCES[name][1]
+    return {} if fps is None else {"fps": fps}
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_read_write_equals_run(ray_local, made, tmp_path, name, target):
+    src = made(name)
+    if (name, target) in REFUSED:
+        _same_refusal(src, tmp_path, name, target)
+        return
+    cli = convert_in_process(src, tmp_path / "cli", target, fps=SOURCES[name][1])
+    outcome = rd.write(rd.read(str(src), **_reader_options(name)), str(tmp_path / "rd"), to=target,
+                       config=NO_READBACK)
+    _same_output(cli, outcome, tmp_path, target)
+
+
+def _same_output(cli: Any, outcome: Any, tmp_path: Path, target: str) -> None:
+    assert outcome.exit_code == 0, outcome.message
+    assert outcome.episodes_written == cli.episodes_written >= 2
+    assert outcome.quarantined == cli.quarantined == []
+    if target == "rlds":
+        cli_files, ours = _hashes(tmp_path / "cli" / "rlds"), _hashes(tmp_path / "rd" / "rlds")
+        assert len(cli_files) >= 3 and ours == cli_files
+    else:
+        _same_values(cli.dataset_dir, outcome.dataset_dir)
+
+
+def _same_refusal(src: Path, tmp_path: Path, name: str, target: str) -> None:
+    """A pair the target refuses (ORTF's 16-bit depth camera to LeRobot's 8-bit video): `write` refuses it with
+    the CLI's error, before writing anything; without that camera (`read(columns=...)`, the CLI with a mapping.yaml
+    that leaves it out) the pair equals the CLI."""
+    with pytest.raises(ConfigError) as by_cli:
+        convert_in_process(src, tmp_path / "cli0", target, fps=SOURCES[name][1])
+    with pytest.raises(ConfigError) as by_write:
+        rd.write(rd.read(str(src), **_reader_options(name)), str(tmp_path / "rd0"), to=target, config=NO_READBACK)
+    assert str(by_write.value) == str(by_cli.value) and "depth" in str(by_cli.value)
+    assert not any((tmp_path / "rd0").rglob("*"))  # nothing written (as the CLI: an empty folder at most)
+    reader = open_reader(str(src))
+    full = default_mapping(reader.discover())
+    reader.close()
+    kept = full.model_copy(update={"steps": [fm for fm in full.steps if fm.dtype != "uint16"]})
+    assert len(kept.steps) == len(full.steps) - 1
+    (tmp_path / "mapping.yaml").write_text(mapping_yaml(kept))
+    cli = convert_in_process(src, tmp_path / "cli", target, f"mapping_file={tmp_path / 'mapping.yaml'}",
+                             fps=SOURCES[name][1])
+    ds = rd.read(str(src), columns=[fm.target for fm in kept.steps], **_reader_options(name))
+    _same_output(cli, rd.write(ds, str(tmp_path / "rd"), to=target, config=NO_READBACK), tmp_path, target)
+
+
+def _same_values(url_a: str, url_b: str) -> None:
+    """Every episode of two outputs (robo-ray's paired reader): lengths, low-dim columns, step tasks exactly; the
+    decoded frames of every camera >= MIN_PSNR."""
+    a, b = _episodes(url_a), _episodes(url_b)
+    assert [e.length for e in a] == [e.length for e in b]
+    for x, y in zip(a, b):
+        assert x.columns.keys() == y.columns.keys()
+        for k in x.columns:
+            np.testing.assert_array_equal(x.columns[k], y.columns[k], err_msg=k)
+        assert x.step_tasks == y.step_tasks
+    fa, fb = _decoded_steps(url_a), _decoded_steps(url_b)
+    assert len(fa) == len(fb) == sum(e.length for e in a)
+    cams = [k for k, v in fa[0].items() if isinstance(v, np.ndarray) and v.ndim == 3]
+    assert cams, "no camera compared"
+    worst = min(psnr(x[c], y[c]) for x, y in zip(fa, fb) for c in cams)
+    assert worst >= MIN_PSNR, worst
+
+
+def _episodes(url: str) -> list[Any]:
+    reader = open_reader(url)
+    try:
+        return [reader.load_episode(r) for r in reader.discover().refs]
+    finally:
+        reader.close()
+
+
+def _decoded_steps(url: str) -> list[dict[str, Any]]:
+    """Step rows with decoded cameras, in order, made in this process by `read`'s own read tasks."""
+    source = SourceDatasource(url, None, None, {}, "step", None, True)
+    rows: list[dict[str, Any]] = []
+    for task in source.get_read_tasks(1):
+        for block in task():
+            batch = BlockAccessor.for_block(block).to_batch_format("numpy")
+            rows += [{k: v[i] for k, v in batch.items()} for i in range(len(batch["step"]))]
+    return rows
+
+
+def test_hdf5_s3_to_s3_bytes_equal_run(ray_local, made, s3_server, tmp_path):  # noqa: F811
+    """A non-LeRobot source (ALOHA episode files) read from moto S3 and written to moto S3: the RLDS bytes of
+    `robo-ray run` on the local copy."""
+    src = made("aloha")
+    convert_in_process(src, tmp_path / "cli", "rlds")
+    fs = s3_server.fs()
+    bucket = s3_server.make_bucket("rdmatrix")
+    fs.put(str(src), f"{bucket}/aloha", recursive=True)
+    opts = s3_server.storage_options()
+    outcome = rd.write(rd.read(f"s3://{bucket}/aloha", storage_options=opts), f"s3://{bucket}/out",
+                       storage_options=opts, config=NO_READBACK)
+    assert outcome.exit_code == 0 and outcome.episodes_written == 2, outcome.message
+    ours = {p.split("/out/rlds/", 1)[1]: hashlib.sha256(fs.cat_file(p)).hexdigest()
+            for p in fs.find(f"{bucket}/out/rlds")}
+    assert ours == _hashes(tmp_path / "cli" / "rlds")
