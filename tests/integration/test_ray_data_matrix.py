@@ -9,6 +9,7 @@ episodes a source. Plus one non-LeRobot source (ALOHA HDF5) from moto S3 to S3.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,15 +18,16 @@ import pytest
 
 import robo_ray.data as rd
 from ray.data.block import BlockAccessor
+from ray.data.expressions import col
 from robo_ray.data.datasource import SourceDatasource
-from robo_ray.errors import ConfigError
+from robo_ray.errors import ConfigError, OutputConflict
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import open_reader
 from robo_ray.stages.spec import mapping_yaml
 from tests.conftest import convert_in_process, psnr, source_cache
 from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen, rosbag_gen, rlds_gen, zarr_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
-from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
+from tests.fixtures.servers import FaultRule, s3_server  # noqa: F401 - fixture
 from tests.integration.test_discover_scan import ray_local  # noqa: F401 - a local Ray instance for the module
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_data"), pytest.mark.timeout(600)]
@@ -176,3 +178,55 @@ def test_hdf5_s3_to_s3_bytes_equal_run(ray_local, made, s3_server, tmp_path):  #
     ours = {p.split("/out/rlds/", 1)[1]: hashlib.sha256(fs.cat_file(p)).hexdigest()
             for p in fs.find(f"{bucket}/out/rlds")}
     assert ours == _hashes(tmp_path / "cli" / "rlds")
+
+
+def test_write_resumes_a_write_cut_short(ray_local, made, s3_server, tmp_path):  # noqa: F811
+    """A write whose second unit cannot be stored (moto answers AccessDenied to its shard) fails after the first
+    unit is committed; `write(..., resume=True)` with the same dataset writes only the missing unit and gives the
+    bytes of an uninterrupted `robo-ray run`."""
+    src = made("aloha")
+    one_a_unit = {**NO_READBACK, "plan": {"max_unit_episodes": 1}}
+    convert_in_process(src, tmp_path / "cli", "rlds", "plan.max_unit_episodes=1")
+    fs = s3_server.fs()
+    out = f"{s3_server.make_bucket('resume')}/out"
+    opts = s3_server.storage_options()
+    # unit 1's shard: AccessDenied after 3 s (unit 0 is committed by then)
+    denied = s3_server.faults.add(FaultRule(("PUT",), "tfrecord-00001-of", "403", delay_s=3.0))
+    with pytest.raises(Exception, match="tfrecord-00001-of"):
+        rd.write(rd.read(str(src)), f"s3://{out}", storage_options=opts, config=one_a_unit)
+    assert denied.hits >= 1
+    s3_server.faults.clear()
+    shards = [p.rsplit("/", 1)[1] for p in fs.find(f"{out}/rlds")]
+    assert [s for s in shards if ".tfrecord-" in s] == ["aloha-train.tfrecord-00000-of-00002"], shards
+    assert [p.rsplit("/", 1)[1] for p in fs.find(f"{out}/journal")] == ["unit-0000000.json"]
+    assert not fs.exists(f"{out}/commit.json")
+    outcome = rd.write(rd.read(str(src)), f"s3://{out}", storage_options=opts, config=one_a_unit, resume=True)
+    assert outcome.exit_code == 0, outcome.message
+    fs.invalidate_cache()
+    assert not fs.exists(f"{out}/journal") and fs.exists(f"{out}/commit.json")
+    progress = [json.loads(x) for x in fs.cat_file(f"{out}/progress.jsonl").decode().splitlines()]
+    assert sorted((p["episode_id"], p["shard"], p["status"]) for p in progress) == [(0, 0, "completed"),
+                                                                                      (1, 1, "completed")]
+    log = fs.cat_file(f"{out}/logs/convert.log").decode()
+    assert "resume: 1 of 2 shards already committed and verified; converting 1" in log
+    assert "convert: 1 write tasks, units per task [1]" in log
+    ours = {p.split("/out/rlds/", 1)[1]: hashlib.sha256(fs.cat_file(p)).hexdigest() for p in fs.find(f"{out}/rlds")}
+    assert ours == _hashes(tmp_path / "cli" / "rlds")
+
+
+def test_resume_of_a_finished_write_and_of_another_dataset(ray_local, made, tmp_path):
+    """Locally: resuming a finished write converts nothing and keeps its bytes; resuming with other episodes (a
+    filter) is refused (RR401) before anything changes."""
+    src, out = made("robomimic"), tmp_path / "out"
+    config = {**NO_READBACK, "plan": {"max_unit_episodes": 1}}
+    assert rd.write(rd.read(str(src)), str(out), config=config).exit_code == 0
+    before = _hashes(out / "rlds")
+    assert not (out / "journal").exists() and len((out / "progress.jsonl").read_text().splitlines()) == 2
+    outcome = rd.write(rd.read(str(src)), str(out), config=config, resume=True)
+    assert outcome.exit_code == 0 and outcome.episodes_written == 2, outcome.message
+    assert "resume: 2 of 2 shards already committed and verified; converting 0" in \
+        (out / "logs" / "convert.log").read_text()
+    assert _hashes(out / "rlds") == before
+    with pytest.raises(OutputConflict, match="RR401|differ"):
+        rd.write(rd.read(str(src)).filter(expr=col("length") >= 5), str(out), config=config, resume=True)
+    assert _hashes(out / "rlds") == before
