@@ -4,12 +4,15 @@ ORTF, RLDS written by tfds, robomimic and ALOHA HDF5, zarr, ROS bag), each writt
 ORTF), equals `robo-ray run` (in this process) of the same source: RLDS byte for byte (the whole rlds/ tree),
 LeRobot and ORTF value for value (every low-dim column exactly, the tasks of every step, frames >= 30 dB: the rows
 carry encoded frames that LeRobot / ORTF re-encode as video). One local Ray instance for the module; 2-3 short
-episodes a source. Plus one non-LeRobot source (ALOHA HDF5) from moto S3 to S3.
+episodes a source. Plus one non-LeRobot source (ALOHA HDF5) from moto S3 to S3, and `write(..., resume=True)`:
+a write cut short by a refused shard continues with the missing unit only (same bytes); a finished write resumed
+converts nothing; another dataset is refused; the CLI's `--source ... --resume`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +23,7 @@ import robo_ray.data as rd
 from ray.data.block import BlockAccessor
 from ray.data.expressions import col
 from robo_ray.data.datasource import SourceDatasource
+from robo_ray.cli import main
 from robo_ray.errors import ConfigError, OutputConflict
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import open_reader
@@ -229,4 +233,23 @@ def test_resume_of_a_finished_write_and_of_another_dataset(ray_local, made, tmp_
     assert _hashes(out / "rlds") == before
     with pytest.raises(OutputConflict, match="RR401|differ"):
         rd.write(rd.read(str(src)).filter(expr=col("length") >= 5), str(out), config=config, resume=True)
+    assert _hashes(out / "rlds") == before
+
+
+def test_cli_several_sources_resume(ray_local, made, tmp_path):
+    """`robo-ray run SRC DST --source SRC2 --resume` (in this process, on the module's Ray instance): a finished
+    run resumed converts nothing, exits 0 and keeps its bytes."""
+    src = made("robomimic")
+    other = tmp_path / "copy" / src.name
+    other.parent.mkdir()
+    shutil.copy(src, other)
+    out = tmp_path / "out"
+    args = ["run", str(src), str(out), "--source", str(other), "--name", "both", "--set",
+            "validate.tfds_readback=false", "--set", "plan.max_unit_episodes=1"]
+    assert main(args) == 0
+    before = _hashes(out / "rlds")
+    assert len([p for p in before if ".tfrecord-" in p]) == 4
+    assert main([*args, "--resume"]) == 0
+    assert "resume: 4 of 4 shards already committed and verified; converting 0" in \
+        (out / "logs" / "convert.log").read_text()
     assert _hashes(out / "rlds") == before
