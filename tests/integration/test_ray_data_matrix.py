@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,7 +30,7 @@ from robo_ray.errors import ConfigError, OutputConflict
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import open_reader
 from robo_ray.stages.spec import mapping_yaml
-from tests.conftest import convert_in_process, psnr, source_cache
+from tests.conftest import convert_in_process, psnr, sigkill_when, source_cache
 from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen, rosbag_gen, rlds_gen, zarr_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 from tests.fixtures.servers import FaultRule, s3_server  # noqa: F401 - fixture
@@ -253,3 +255,45 @@ def test_cli_several_sources_resume(ray_local, made, tmp_path):
     assert "resume: 4 of 4 shards already committed and verified; converting 0" in \
         (out / "logs" / "convert.log").read_text()
     assert _hashes(out / "rlds") == before
+
+
+_DRIVER = """
+import json, sys, ray, robo_ray.data as rd
+ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+src, dst, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+rd.write(rd.read(src), dst, storage_options=opts,
+         config={"validate": {"tfds_readback": False}, "plan": {"max_unit_episodes": 1}})
+"""
+
+
+def test_write_resumes_after_the_driver_was_killed(ray_local, made, s3_server, tmp_path):  # noqa: F811
+    """A driver process running `write` to S3 is SIGKILLed while unit 1's shard upload hangs (unit 0, the train
+    split's shard, committed and journaled): `resume=True` in another process writes unit 1 only; the bytes are `robo-ray run`'s."""
+    src = made("robomimic")
+    convert_in_process(src, tmp_path / "cli", "rlds", "plan.max_unit_episodes=1")
+    fs = s3_server.fs()
+    out = f"{s3_server.make_bucket('killed')}/out"
+    opts = s3_server.storage_options()
+    # unit 1 is the val split's shard (robomimic's masks): its upload hangs 8 s
+    hang = s3_server.faults.add(FaultRule(("PUT",), "-val.tfrecord-", "delay", times=1, delay_s=8.0))
+    proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(src), f"s3://{out}", json.dumps(opts)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    part0 = f"{out}/journal/unit-0000000.json"
+    sigkill_when(proc, lambda: hang.hits and _exists(fs, part0), 240, "unit 0 journaled, unit 1 uploading")
+    s3_server.faults.wait_idle()  # the hung upload of the killed driver lands after it died
+    s3_server.faults.clear()
+    fs.invalidate_cache()
+    assert not fs.exists(f"{out}/commit.json") and not fs.exists(f"{out}/journal/unit-0000001.json")
+    outcome = rd.write(rd.read(str(src)), f"s3://{out}", storage_options=opts,
+                       config={**NO_READBACK, "plan": {"max_unit_episodes": 1}}, resume=True)
+    assert outcome.exit_code == 0, outcome.message
+    log = fs.cat_file(f"{out}/logs/convert.log").decode()
+    assert "resume: 1 of 2 shards already committed and verified; converting 1" in log
+    fs.invalidate_cache()
+    ours = {p.split("/out/rlds/", 1)[1]: hashlib.sha256(fs.cat_file(p)).hexdigest() for p in fs.find(f"{out}/rlds")}
+    assert ours == _hashes(tmp_path / "cli" / "rlds")
+
+
+def _exists(fs: Any, path: str) -> bool:
+    fs.invalidate_cache()
+    return fs.exists(path)
