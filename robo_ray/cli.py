@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst")
     p.add_argument("--source", dest="more_sources", action="append", default=[], metavar="SRC",
                    help="another source written into the same dataset (repeatable; features matched by canonical "
-                        "name and role; runs on Ray Data through robo_ray.data, no --resume)")
+                        "name and role; runs on Ray Data through robo_ray.data)")
     _common_run_args(p)
     d = sub.add_parser("discover", help="inventory.json + episode_index.csv (and findings)")
     d.add_argument("src")
@@ -178,10 +178,8 @@ def _run_sources(args: argparse.Namespace, cfg: Any) -> int:
     """`robo-ray run SRC DST --source SRC2 ...`: the sources' union as one dataset (robo_ray.data, on Ray)."""
     from robo_ray.data.several import write_sources  # only here: the core never imports Ray
 
-    if args.resume:
-        raise UsageError("--resume does not apply to several sources (--source) yet")
     outcome = write_sources(cfg, args.more_sources, address=args.address, num_cpus=args.actors,
-                            overwrite=args.overwrite)
+                            overwrite=args.overwrite, resume=args.resume)
     print(redact(outcome.message))
     _print_reports(outcome)
     return outcome.exit_code

@@ -15,6 +15,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+# every Ray instance of the tests is a loopback-only throwaway; one auth mode for the whole process: Ray 2.60 fixes it
+# at the process's first ray.init (token when ~/.ray/auth_token exists; env and cached RayConfig, never reset by
+# ray.shutdown), and a later cluster of the other mode kills every actor at creation (docs/NOTES.md, "The trap")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 def shared_dir() -> Path:

@@ -43,6 +43,10 @@ class RowLayout:
     def cameras(self) -> list[FieldMap]:
         return self.mapping.image_maps()
 
+    def texts(self) -> list[FieldMap]:
+        """Per-step text features (e.g. a second instruction): one string a step."""
+        return [fm for fm in self.mapping.steps if fm.kind == "text"]
+
     def encoder(self, fm: FieldMap) -> ImageEncoder:
         return ImageEncoder(fmt=self.mapping.encoding_of(fm), quality=self.mapping.images.jpeg_quality)
 
@@ -72,6 +76,8 @@ def episode_row(ep: CanonicalEpisode, layout: RowLayout, source: str, ref_json: 
         row[name] = getattr(ep, name)
     for fm in layout.tensors():
         row[fm.target] = ep.tensors[fm.target]
+    for fm in layout.texts():
+        row[fm.target] = list(ep.texts[fm.target])
     for fm in layout.cameras():
         frames = list(layout.frames(fm, ep.cameras[fm.target]))
         row[fm.target] = np.stack(frames) if layout.decode_images and frames else \
@@ -90,6 +96,8 @@ def quarantine_row(ref: EpisodeRef, rec: QuarantineRecord, layout: RowLayout, so
         row[name] = np.zeros(0, np.bool_ if name.startswith("is_") else np.float32)
     for fm in layout.tensors():
         row[fm.target] = np.zeros((0, *fm.shape), _DTYPES.get(fm.dtype, np.float32))
+    for fm in layout.texts():
+        row[fm.target] = []
     for fm in layout.cameras():
         row[fm.target] = _no_frames(fm) if layout.decode_images else []
     return row
@@ -120,6 +128,8 @@ def step_rows(ep: CanonicalEpisode, layout: RowLayout, source: str, chunk: int) 
             batch[name] = getattr(ep, name)[a:b]
         for fm in layout.tensors():
             batch[fm.target] = ep.tensors[fm.target][a:b]
+        for fm in layout.texts():
+            batch[fm.target] = np.array(ep.texts[fm.target][a:b], dtype=object)
         for target, it in cams.items():
             frames = [next(it) for _ in range(b - a)]
             batch[target] = np.stack(frames) if layout.decode_images else _objects(frames)
@@ -149,6 +159,8 @@ def row_episode(row: dict[str, Any], ref: EpisodeRef, mapping: Mapping, metadata
             columns[fm.source] = _steps(value, n, fm.target, ref)
         elif fm.kind == "image":
             images[fm.source] = _frames(value, n, fm.target, ref)
+        elif fm.kind == "text":
+            columns[fm.source] = _texts(value, n, fm.target, ref)
     for field, col in _STEP_SOURCES.items():
         key = getattr(mapping.defaults, field)
         if key:
@@ -184,6 +196,14 @@ def _steps(value: Any, n: int, name: str, ref: EpisodeRef) -> np.ndarray:
         got = "not a numeric array" if arr.dtype == object or arr.ndim == 0 else f"{len(arr)} steps"
         raise RowUnreadable(f"episode {ref.episode_index}: column {name!r} has {got}, the episode {n}")
     return arr
+
+
+def _texts(value: Any, n: int, name: str, ref: EpisodeRef) -> np.ndarray:
+    """A per-step text column: n strings."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != n:
+        got = len(value) if hasattr(value, "__len__") and not isinstance(value, (str, bytes)) else "not a list of"
+        raise RowUnreadable(f"episode {ref.episode_index}: column {name!r} has {got} strings for {n} steps")
+    return _objects([str(x) for x in value])  # as the Convert stage makes them (str of each value)
 
 
 def _frames(value: Any, n: int, name: str, ref: EpisodeRef) -> Any:

@@ -14,9 +14,9 @@ CONFIG_SECTIONS = ("source", "images", "plan", "splits", "convert", "validate") 
 
 
 def write_sources(cfg: JobConfig, more_sources: Sequence[str], *, address: str | None = None,
-                  num_cpus: int | None = None, overwrite: bool = False) -> RunOutcome:
+                  num_cpus: int | None = None, overwrite: bool = False, resume: bool = False) -> RunOutcome:
     """The union of `cfg.source` and `more_sources` (read alike: format, storage and reader options) written to
-    `cfg.target` with the job's other settings."""
+    `cfg.target` with the job's other settings; `resume`: continue such a run cut short (`write`'s)."""
     from robo_ray.data import read, write
 
     if cfg.max_episodes or cfg.mapping_file:
@@ -33,7 +33,7 @@ def write_sources(cfg: JobConfig, more_sources: Sequence[str], *, address: str |
             ds = part if ds is None else ds.union(part)
         dump = cfg.model_dump(mode="json", by_alias=True)
         return write(ds, cfg.target.url, to=cfg.target.format, name=cfg.target.name, fps=src.options.get("fps"),
-                     storage_options=cfg.target.storage_options, overwrite=overwrite,
+                     storage_options=cfg.target.storage_options, overwrite=overwrite, resume=resume,
                      config={k: v for k, v in dump.items() if k in CONFIG_SECTIONS}, **cfg.target.options)
     finally:
         if own:

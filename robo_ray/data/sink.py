@@ -3,6 +3,7 @@
 one unit: it fetches the unit's rows, converts them with the Convert stage's `UnitConverter` (reader: the rows,
 `RowsReader`) through the target's Writer contract (`open_unit` -> `add` / `quarantine` -> `commit`), re-reads the
 unit it committed (`Writer.verify_unit`, as the run's workers do) and returns its `UnitResult`.
+Each task also journals its unit (`journal/unit-<index>.json`), so an interrupted write resumes.
 `on_write_complete` (on the driver) hands the results to the run's `Publisher`, whose `finish` is the CLI's:
 `Writer.finalize`, the validation, dataset_statistics.json and the reports, the commit marker."""
 from __future__ import annotations
@@ -19,8 +20,10 @@ from robo_ray.episode import FeatureSpec
 from robo_ray.executors.base import JobSpec
 from robo_ray.mapping import Mapping
 from robo_ray.stages.convert import UnitConverter
+from robo_ray.stages.journal import progress_lines, write_part
 from robo_ray.stages.publisher import Publisher
-from robo_ray.stages.run_log import RunOutcome
+from robo_ray.stages.run_log import RunOutcome, utc_now
+from robo_ray.storage import url_to_fs
 
 UNIT, WHERE = "unit", "where"  # the unit dataset's columns: the pickled Unit, the pickled [(block, row)] of it
 
@@ -101,9 +104,19 @@ class UnitDatasink(Datasink):
         conv = UnitConverter(self.job.source_url, None, writer.mapping, writer, self.job.options,
                              reader=self.rows.reader(rows.__getitem__), verify=self.job.verify)  # type: ignore[arg-type]
         try:
-            return conv.convert(unit)
+            res = conv.convert(unit)
         finally:
             conv.close()
+        self._journal(res)
+        return res
+
+    def _journal(self, res: Any) -> None:
+        """The committed unit's journal part on the destination, written by the task that committed it: a write
+        cut short (a task failed, the driver killed) leaves every committed unit known to `resume=True`."""
+        row = res.to_dict()
+        row["check"] = None  # the re-read's record goes to the Publisher only, never to the ledger
+        fs, root = url_to_fs(self.job.out_url, self.job.options.target_storage_options)
+        write_part(fs, root, res.shard_index, row, progress_lines(res, None, utc_now()))
 
     def on_write_complete(self, write_result: Any) -> None:
         """The Publisher's end, as after `robo-ray run`: record every unit, finalize, validate, publish."""

@@ -7,7 +7,8 @@
    Publisher.
 3. A dataset of one row a unit goes to `UnitDatasink` (one write task a unit; plan-stable names: the same units and
    bytes as `robo-ray run` on the same episodes); `on_write_complete` is the Publisher's finish (finalize,
-   validation, reports). Not resumable yet: a failed write is started again with `overwrite=True`.
+   validation, reports). Each write task journals its unit on the destination, so `resume=True` continues a write
+   cut short with the units still missing (`stages.resume`, as `robo-ray run --resume`).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from robo_ray.errors import ConfigError, DatasetColumns
 from robo_ray.stages.destination import prepare_destination
 from robo_ray.stages.pipeline import RunContext, job_spec, spec_and_plan, write_plan_outputs
 from robo_ray.stages.publisher import Publisher, PublishSpec
-from robo_ray.stages.resume import plan_fingerprint
+from robo_ray.stages.resume import check_resume, plan_fingerprint, reopen_for_resume
 from robo_ray.stages.run_lock import RunLock, check_not_locked
 from robo_ray.stages.run_log import RunLog, RunOutcome
 from robo_ray.stages.timings import StageClock
@@ -64,13 +65,15 @@ def _block_keys(block: Any, index: int) -> tuple[list[RowKey], dict[str, str]]:
 
 
 def write_dataset(ds: Any, dst: str, *, to: str = DEFAULT_TARGET, name: str | None = None, fps: float | None = None,
-                  storage_options: dict[str, Any] | None = None, overwrite: bool = False,
+                  storage_options: dict[str, Any] | None = None, overwrite: bool = False, resume: bool = False,
                   config: dict[str, Any] | None = None, stderr: Any = None, **options: Any) -> RunOutcome:
     """Write `ds` (episode rows of `robo_ray.data.read`, after any map / filter / union) to `dst` as the target
     `to` (a `robo-ray run --to` choice) named `name`, its writer's `options` (config `target.options`), `fps` for
     sources without one (or several sources of different rates); `config`: other config sections as in a YAML
     config (plan, validate, convert, images, splits). Returns the `RunOutcome` (exit_code 0 when validation passed
-    and no more than `convert.max_quarantine_fraction` was quarantined); writes the CLI's reports beside the data."""
+    and no more than `convert.max_quarantine_fraction` was quarantined); writes the CLI's reports beside the data.
+    `resume=True` (the CLI's --resume): continue a write into `dst` that was cut short (a failed task, a killed
+    driver): the same dataset and options write only the units not committed yet, to the same bytes."""
     t0 = time.monotonic()
     writer_class(to)  # an unknown target, before anything runs
     early = ds.schema(fetch_if_missing=False)  # known without running anything (e.g. a drop_columns)
@@ -92,7 +95,7 @@ def write_dataset(ds: Any, dst: str, *, to: str = DEFAULT_TARGET, name: str | No
             specs.setdefault(src, text)
     src = gather_sources(keys, specs, names, fps)
     cfg.source.url = "ray-dataset:" + " + ".join(src.specs)
-    return _run(cfg, src, blocks, overwrite, stderr, t0)
+    return _run(cfg, src, blocks, overwrite, resume, stderr, t0)
 
 
 def _config(dst: str, to: str, name: str | None, options: dict[str, Any], storage_options: dict[str, Any] | None,
@@ -106,35 +109,50 @@ def _config(dst: str, to: str, name: str | None, options: dict[str, Any], storag
         raise ConfigError(f"write: {str(exc).splitlines()[0]} ({str(exc).splitlines()[-1].strip()})") from None
 
 
-def _run(cfg: JobConfig, src: Sources, blocks: list[Any], overwrite: bool, stderr: Any, t0: float) -> RunOutcome:
-    """The run's stages on the rows: destination and lock, plan, outputs, then the Datasink and its Publisher."""
+def _run(cfg: JobConfig, src: Sources, blocks: list[Any], overwrite: bool, resume: bool, stderr: Any,
+         t0: float) -> RunOutcome:
+    """The run's stages on the rows: destination and lock (or, resuming, the first run's ledger), plan, outputs,
+    then the Datasink on the units still to write and its Publisher."""
     log = RunLog(stderr=stderr or sys.stderr)
     out_fs, out_root = url_to_fs(cfg.target.url, cfg.target.storage_options)
-    check_not_locked(out_fs, out_root, cfg.target.url, take_over=overwrite)
-    prepare_destination(out_fs, out_root, overwrite, cfg.target.url, cfg.target.format)
-    lock = RunLock(out_fs, out_root, cfg.target.url).acquire(take_over=overwrite)
+    cfg_dump = cfg.safe_dump()
+    check_not_locked(out_fs, out_root, cfg.target.url, take_over=resume or overwrite)
+    previous_ledger = None
+    if resume:
+        resume, previous_ledger = check_resume(out_fs, out_root, cfg, cfg_dump, overwrite)
+    else:
+        prepare_destination(out_fs, out_root, overwrite, cfg.target.url, cfg.target.format)
+    lock = RunLock(out_fs, out_root, cfg.target.url).acquire(take_over=resume or overwrite)
     try:
         clock = StageClock.starting("plan")
         inv = src.inv
         mapping, writer, units, unit_options = spec_and_plan(cfg, inv, log)
         fingerprint = plan_fingerprint(mapping, units)
-        run = RunContext(cfg, cfg.safe_dump(), None, out_fs, out_root, _Executor(), log,  # type: ignore[arg-type]
-                         None, False, False, True, overwrite, None, t0)
-        write_plan_outputs(run, inv, mapping, units, [])
+        previous: list[Any] = []
+        if resume:
+            resume, previous = reopen_for_resume(out_fs, out_root, cfg, writer, units, fingerprint, previous_ledger,
+                                                 overwrite, True)
+        run = RunContext(cfg, cfg_dump, None, out_fs, out_root, _Executor(), log,  # type: ignore[arg-type]
+                         None, False, resume, True, overwrite, previous_ledger, t0)
+        write_plan_outputs(run, inv, mapping, units, previous)
         compared_with = (f"the rows of the Ray Dataset given to robo_ray.data.write, after its maps and filters, "
                          f"read from {' + '.join(src.specs)}")
         log.info(f"validate: sampled episodes are compared with {compared_with}")
         job = job_spec(cfg, inv, mapping, unit_options)
-        spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint, executor_name=EXECUTOR_NAME,
-                           elapsed_before=time.monotonic() - t0, clock=clock)
+        spec = PublishSpec(cfg, mapping.model_dump_json(), inv, units, fingerprint,
+                           previous=[r.to_dict() for r in previous], executor_name=EXECUTOR_NAME,
+                           elapsed_before=time.monotonic() - t0, clock=clock, journal_parts=True)
         rows = RowSource(blocks, inv.features, inv.fps, src.mapping.model_dump_json(), src.mixed, compared_with)
         driver_reader = rows.reader(DriverRows(rows, src.where))
         publisher = Publisher(spec, log=log, reader=driver_reader)  # type: ignore[arg-type]
         publisher.open_source = lambda: rows.reader(DriverRows(rows, src.where))  # type: ignore[assignment]
-        sink = UnitDatasink(job, rows, publisher)
         clock.begin("convert")
+        pending = publisher.pending()
+        if not pending:  # a resumed write whose units were all committed: finalize, validate, publish
+            return publisher.finish()[0]
+        sink = UnitDatasink(job, rows, publisher)
         items = [{"index": u.index, UNIT: pickle.dumps(u, protocol=pickle.HIGHEST_PROTOCOL),
-                  WHERE: pickle.dumps([src.where[i] for i in u.episode_indices])} for u in units]
+                  WHERE: pickle.dumps([src.where[i] for i in u.episode_indices])} for u in pending]
         ray.data.from_items(items, override_num_blocks=len(items)).write_datasink(sink)  # rows -> >= 1 unit
         assert sink.outcome is not None
         return sink.outcome

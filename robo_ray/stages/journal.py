@@ -13,6 +13,7 @@ first), their progress lines, and ledger.json rewritten at most every `FLUSH_S` 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -48,12 +49,33 @@ def part_name(unit_index: int) -> str:
     return f"unit-{unit_index:07d}.json"
 
 
+def write_part(fs: Any, root: str, unit_index: int, result: dict[str, Any], lines: list[str]) -> None:
+    """One recorded unit as its own journal part (`read_ledger` counts it as committed until the merge)."""
+    write_text_atomic(fs, join(root, JOURNAL_DIR, part_name(unit_index)),
+                      json.dumps({"result": result, "progress": lines}, default=jsonable))
+
+
+def progress_lines(res: UnitResult, started: str | None, completed: str) -> list[str]:
+    """progress.jsonl's lines of a committed unit: one per episode written or quarantined."""
+    lines: list[str] = []
+    for ep, steps in res.episodes:
+        rec = {"episode_id": ep, "status": "completed", "started_at": started, "completed_at": completed,
+               "steps": steps, "shard": res.shard_index}
+        lines.append(json.dumps(rec))
+    for q in res.quarantined:
+        lines.append(json.dumps({"episode_id": q["episode_index"], "status": "failed", "started_at": started,
+                                 "completed_at": completed, "error": q["reason"], "code": q["code"],
+                                 "file": q.get("file"), "shard": None}))
+    return lines
+
+
 class Journal:
     """Writes progress lines and unit results for one run (see the module docstring)."""
 
-    def __init__(self, fs: Any, root: str, resumed: bool) -> None:
+    def __init__(self, fs: Any, root: str, resumed: bool, parts: bool = False) -> None:
+        """`parts`: journal in parts on a local disk too (units recorded where the driver cannot see them)."""
         self.fs, self.root = fs, root
-        self.local = is_local(fs)
+        self.local = is_local(fs) and not parts
         self.progress_path = join(root, PROGRESS_NAME)
         self.parts_dir = join(root, JOURNAL_DIR)
         if not resumed:
@@ -73,8 +95,7 @@ class Journal:
                     f.flush()
                     os.fsync(f.fileno())
             return
-        part = {"result": result, "progress": lines}
-        write_text_atomic(self.fs, join(self.parts_dir, part_name(unit_index)), json.dumps(part))
+        write_part(self.fs, self.root, unit_index, result, lines)
 
     def merge(self) -> None:
         """At the end, after the complete ledger.json: the parts' lines appended to progress.jsonl in one streamed
@@ -98,6 +119,9 @@ class Journal:
                     out.write("".join(f"{x}\n" for x in lines).encode("utf-8"))
             self.fs.mv(merged, self.progress_path)
             self.fs.rm(parts)
+            if is_local(self.fs):  # parts on a local disk (`parts=True`): no empty folder left behind
+                with contextlib.suppress(OSError):
+                    os.rmdir(self.parts_dir)
         except Exception as exc:  # noqa: BLE001 - one line naming the URL
             raise storage_error(exc, url, "writing", self.fs) from exc
 
@@ -110,9 +134,9 @@ class UnitLedger:
     FLUSH_SHARE = 0.05  # ... and at most this fraction of the run's time (its size grows with the run)
 
     def __init__(self, fs: Any, root: str, fingerprint: dict[str, str], unit_files: list[str],
-                 previous: list[dict[str, Any]], attempts: Callable[[], dict[int, int]]) -> None:
+                 previous: list[dict[str, Any]], attempts: Callable[[], dict[int, int]], parts: bool = False) -> None:
         """`unit_files`: each planned unit's first file name, in unit order; `previous`: the committed results of
-        a resumed run; `attempts`: the attempts per unit so far (written into ledger.json)."""
+        a resumed run; `attempts`: the attempts per unit so far (written into ledger.json); `parts`: `Journal`'s."""
         self.fs, self.root = fs, root
         self.fingerprint, self.unit_files, self._attempts = fingerprint, unit_files, attempts
         self.results: dict[int, UnitResult] = {}
@@ -123,7 +147,7 @@ class UnitLedger:
         self._last_flush = 0.0
         self._flush_cost = 0.0  # seconds the last ledger.json rewrite took
         self._path = join(root, LEDGER_NAME)
-        self.journal = Journal(fs, root, resumed=bool(self.resumed))
+        self.journal = Journal(fs, root, resumed=bool(self.resumed), parts=parts)
         self.flush(force=True)
 
     def is_new(self, res: UnitResult) -> bool:
@@ -135,16 +159,7 @@ class UnitLedger:
         """A committed unit: its result kept, its progress lines (one per episode) journaled, ledger.json
         rewritten when due."""
         self.results[res.shard_index] = res
-        lines: list[str] = []
-        for ep, steps in res.episodes:
-            rec = {"episode_id": ep, "status": "completed", "started_at": started, "completed_at": completed,
-                   "steps": steps, "shard": res.shard_index}
-            lines.append(json.dumps(rec))
-        for q in res.quarantined:
-            lines.append(json.dumps({"episode_id": q["episode_index"], "status": "failed", "started_at": started,
-                                     "completed_at": completed, "error": q["reason"], "code": q["code"],
-                                     "file": q.get("file"), "shard": None}))
-        self.journal.record(res.shard_index, res.to_dict(), lines)
+        self.journal.record(res.shard_index, res.to_dict(), progress_lines(res, started, completed))
         self.flush()
 
     def ledger(self, complete: bool = False) -> dict[str, Any]:

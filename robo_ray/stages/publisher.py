@@ -48,6 +48,7 @@ class PublishSpec:
     elapsed_before: float = 0.0  # seconds spent on discover/spec/plan
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     clock: StageClock = field(default_factory=StageClock)  # stage timings, written to logs/timings.json
+    journal_parts: bool = False  # units journaled as parts on local disks too (`journal.Journal`)
 
 
 class Publisher:
@@ -74,7 +75,7 @@ class Publisher:
         self._t0 = time.monotonic()
         self.book = UnitLedger(self.fs, self.root, spec.fingerprint,
                                [self.writer.unit_filenames(u)[0] for _, u in sorted(self.units.items())],
-                               spec.previous, self.tries.attempt_counts)
+                               spec.previous, self.tries.attempt_counts, spec.journal_parts)
         self.results = self.book.results  # unit -> its recorded result
         self.writer.prepare_verify(self.cfg.validate_.tfds_readback)  # overlaps the conversion
 

@@ -34,9 +34,9 @@ from tests.fixtures.rlds_gen import write_rlds_dataset
 from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
 from tests.integration.test_discover_scan import ray_local  # noqa: F401 - a local Ray instance for the module
 
-# its own xdist group, not "ray": after this module's local Ray instance (Ray Data in this process, then
-# ray.shutdown), a Ray Data actor pool against the next cluster in the same process failed ("MapWorker ... cancelled
-# before it started running": test_ray_exec, test_stuck_worker; docs/NOTES.md "robo-ray inside Ray Data")
+# its own xdist group, not "ray" (kept): a local Ray instance then a `ray start` cluster of another auth mode in one
+# process failed every actor at creation ("MapWorker ... cancelled before it started running"); tests/conftest.py
+# now gives the test process one RAY_AUTH_MODE (docs/NOTES.md, "The trap")
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_data"), pytest.mark.timeout(600)]
 
 LENGTHS = [6, 9, 4, 7]
