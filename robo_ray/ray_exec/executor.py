@@ -137,8 +137,11 @@ class RayExecutor:
         if not ray.is_initialized():
             addr = self.address
             if self._own_instance():
+                # worker_niceness 0: Ray starts workers at nice 15 (its daemons first); on a shared laptop that
+                # starves the converting actors behind any nice-0 process (NOTES: "Ray workers at nice 15")
                 kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
-                                          "object_store_memory": self.object_store_mb << 20}
+                                          "object_store_memory": self.object_store_mb << 20,
+                                          "_system_config": {"worker_niceness": 0}}
                 if self.num_cpus:
                     kwargs["num_cpus"] = self.num_cpus
                 ray.init(address="local", **kwargs)
