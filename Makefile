@@ -31,7 +31,7 @@ chromium:
 
 ## the whole test suite (unit + integration on a real local Ray, real PyAV, real tfds, headless chromium)
 test: install chromium
-	ROBO_RAY_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	ROBO_RAY_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=40 $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)

@@ -103,6 +103,17 @@ def _flatten(d: dict, prefix: str, out: dict[str, list]) -> None:
             out.setdefault(f"{prefix}{k}", []).append(v)
 
 
+def all_episodes(url: str) -> list[Any]:
+    """Every episode of a dataset through robo-ray's reader for it, in its order (source-named columns)."""
+    from robo_ray.readers import open_reader
+
+    reader = open_reader(url)
+    try:
+        return [reader.load_episode(r) for r in reader.discover().refs]
+    finally:
+        reader.close()
+
+
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return 99.0 if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)

@@ -28,7 +28,7 @@ from robo_ray.cli import main
 from robo_ray.errors import DatasetColumns
 from robo_ray.images import decode_image
 from robo_ray.readers import open_reader
-from tests.conftest import psnr, run_cli
+from tests.conftest import all_episodes, psnr, run_cli
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 from tests.fixtures.rlds_gen import write_rlds_dataset
 from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
@@ -69,14 +69,6 @@ def _hashes(root: Path, top: str) -> dict[str, str]:
             for p in sorted((root / top).rglob("*")) if p.is_file()}
 
 
-def _episodes(url: str) -> list[Any]:
-    """Every episode of a written dataset through robo-ray's paired reader, in its order."""
-    reader = open_reader(url)
-    inv = reader.discover()
-    try:
-        return [reader.load_episode(r) for r in inv.refs]
-    finally:
-        reader.close()
 
 
 def _convert_log(out: Path) -> str:
@@ -138,7 +130,7 @@ def test_values_equal_cli(ray_local, lerobot, tmp_path, target):
     _cli(lerobot, tmp_path / "cli", "--to", target)
     outcome = rd.write(rd.read(str(lerobot)), str(tmp_path / "rd"), to=target, config=NO_READBACK)
     assert outcome.exit_code == 0, outcome.message
-    cli, ours = _episodes(str(tmp_path / "cli")), _episodes(str(tmp_path / "rd"))
+    cli, ours = all_episodes(str(tmp_path / "cli")), all_episodes(str(tmp_path / "rd"))
     assert [e.length for e in ours] == [e.length for e in cli] == LENGTHS
     for a, b in zip(cli, ours):
         assert a.columns.keys() == b.columns.keys()
@@ -168,7 +160,7 @@ def test_filter_and_map_write_only_kept_episodes_with_edits(ray_local, lerobot, 
     assert outcome.exit_code == 0, outcome.message
     source = open_reader(str(lerobot))
     kept = [r for r in source.discover().refs if r.length >= 6]
-    written = _episodes(outcome.dataset_dir)
+    written = all_episodes(outcome.dataset_dir)
     assert [e.length for e in written] == [r.length for r in kept] == [6, 9, 7]
     for ep, ref in zip(written, kept):
         want = source.load_episode(ref).columns["action"].astype(np.float32)
@@ -203,7 +195,7 @@ def test_two_sources_into_one_dataset(ray_local, lerobot, rlds, tmp_path, target
     outcome = rd.write(a.union(b), str(tmp_path / "out"), to=target, name="mixture", fps=20.0, config=NO_READBACK)
     assert outcome.exit_code == 0, outcome.message
     want = _source_actions(lerobot, "action") + _source_actions(rlds, "action")
-    written = _episodes(outcome.dataset_dir)
+    written = all_episodes(outcome.dataset_dir)
     assert len(written) == len(want) == 9
     for ep, (src, idx, action) in zip(written, want):
         np.testing.assert_array_equal(ep.columns["action"], action, err_msg=f"{src} episode {idx}")
@@ -253,7 +245,7 @@ def test_cli_several_sources(lerobot, tmp_path):
                 "validate.tfds_readback=false", env={"RAY_AUTH_MODE": "disabled"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert "8 episodes" in r.stdout
-    eps = _episodes(str(out / "rlds" / "both" / "1.0.0"))
+    eps = all_episodes(str(out / "rlds" / "both" / "1.0.0"))
     assert [(e.metadata["source"], int(e.metadata["source_episode"])) for e in eps] == \
         [(str(lerobot), i) for i in range(4)] + [(str(other), i) for i in range(4)]
     assert [e.length for e in eps] == LENGTHS * 2

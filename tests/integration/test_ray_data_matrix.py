@@ -30,7 +30,7 @@ from robo_ray.errors import ConfigError, OutputConflict
 from robo_ray.mapping import default_mapping
 from robo_ray.readers import open_reader
 from robo_ray.stages.spec import mapping_yaml
-from tests.conftest import convert_in_process, psnr, sigkill_when, source_cache
+from tests.conftest import all_episodes, convert_in_process, psnr, sigkill_when, source_cache
 from tests.fixtures import aloha_gen, minari_gen, ortf_gen, robomimic_gen, rosbag_gen, rlds_gen, zarr_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 from tests.fixtures.servers import FaultRule, s3_server  # noqa: F401 - fixture
@@ -135,7 +135,7 @@ def _same_refusal(src: Path, tmp_path: Path, name: str, target: str, by_cli: Con
 def _same_values(url_a: str, url_b: str) -> None:
     """Every episode of two outputs (robo-ray's paired reader): lengths, low-dim columns, step tasks exactly; the
     decoded frames of every camera >= MIN_PSNR."""
-    a, b = _episodes(url_a), _episodes(url_b)
+    a, b = all_episodes(url_a), all_episodes(url_b)
     assert [e.length for e in a] == [e.length for e in b]
     for x, y in zip(a, b):
         assert x.columns.keys() == y.columns.keys()
@@ -150,12 +150,6 @@ def _same_values(url_a: str, url_b: str) -> None:
     assert worst >= MIN_PSNR, worst
 
 
-def _episodes(url: str) -> list[Any]:
-    reader = open_reader(url)
-    try:
-        return [reader.load_episode(r) for r in reader.discover().refs]
-    finally:
-        reader.close()
 
 
 def _decoded_steps(url: str) -> list[dict[str, Any]]:
