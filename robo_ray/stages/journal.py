@@ -132,6 +132,8 @@ class UnitLedger:
 
     FLUSH_S = 1.0  # rewrite ledger.json at most this often (always at the end)
     FLUSH_SHARE = 0.05  # ... and at most this fraction of the run's time (its size grows with the run)
+    FLUSH_MAX_S = 5.0  # ... but at least this often: a killed run's resume redoes at most ~5 s of units (one slow
+    # fsync under load measured a rewrite at 0.5 s: the share alone then held the ledger back for 10 s)
 
     def __init__(self, fs: Any, root: str, fingerprint: dict[str, str], unit_files: list[str],
                  previous: list[dict[str, Any]], attempts: Callable[[], dict[int, int]], parts: bool = False) -> None:
@@ -171,7 +173,7 @@ class UnitLedger:
 
     def flush(self, force: bool = False, complete: bool = False) -> None:
         now = time.monotonic()
-        wait = max(self.FLUSH_S, self._flush_cost / self.FLUSH_SHARE)
+        wait = min(max(self.FLUSH_S, self._flush_cost / self.FLUSH_SHARE), self.FLUSH_MAX_S)
         if not force and (not self.journal.appends or now - self._last_flush < wait):
             return  # object stores: the journal's parts hold the units recorded since (Journal)
         write_text_atomic(self.fs, self._path, ledger_text(self.ledger(complete)))
