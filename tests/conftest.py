@@ -103,6 +103,20 @@ def _flatten(d: dict, prefix: str, out: dict[str, list]) -> None:
             out.setdefault(f"{prefix}{k}", []).append(v)
 
 
+@pytest.fixture(scope="module")
+def lerobot_python() -> Path:
+    """The python of lerobot 0.6.1's own venv (tests/compat/venvs.py: built once, then reused); a venv that cannot
+    be built fails the test that needs it."""
+    from tests.compat.venvs import VenvError, ensure_lerobot_venv_timed
+
+    try:
+        python, seconds = ensure_lerobot_venv_timed()
+    except VenvError as e:
+        pytest.fail(f"the lerobot 0.6.1 venv could not be built: {e}")
+    print(f"lerobot venv: {'reused' if seconds is None else f'built in {seconds:.0f} s'}", file=sys.stderr)
+    return python
+
+
 def all_episodes(url: str) -> list[Any]:
     """Every episode of a dataset through robo-ray's reader for it, in its order (source-named columns)."""
     from robo_ray.readers import open_reader

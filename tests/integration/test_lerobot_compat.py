@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -36,7 +35,7 @@ import pytest
 from robo_ray.formats.lerobot.layout import camera_key
 from robo_ray.readers import open_reader
 from robo_ray.stages.spec import load_mapping
-from tests.compat.venvs import VenvError, ensure_lerobot_venv_timed, lerobot_read, lerobot_reference
+from tests.compat.venvs import lerobot_read, lerobot_reference
 from tests.conftest import decode_all_frames, psnr, run_cli
 from tests.fixtures import minari_gen, rlds_gen
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, expected_frame, write_lerobot_dataset
@@ -51,16 +50,6 @@ SPEC = DatasetSpec(version="v2.1", episode_lengths=[24, 17, 30], fps=15, with_re
                    cameras=[CameraSpec(TOP, "h264"), CameraSpec(WRIST, "av1")],
                    tasks_per_episode=[["pick the cube"], ["pick the cube", "place the cube"], ["stack"]])
 SETS = ["--set", "validate.tfds_readback=false", "--set", "plan.min_shards=2"]
-
-
-@pytest.fixture(scope="module")
-def lerobot_python() -> Path:
-    try:
-        python, seconds = ensure_lerobot_venv_timed()
-    except VenvError as e:
-        pytest.fail(str(e))
-    print(f"lerobot venv: {'reused' if seconds is None else f'built in {seconds:.0f} s'}", file=sys.stderr)
-    return python
 
 
 def _convert(src: Path, out: Path, *extra: str, code: int = 0) -> None:

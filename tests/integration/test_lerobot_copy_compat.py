@@ -16,19 +16,11 @@ import pytest
 
 from robo_ray.readers import open_reader
 from robo_ray.stages.source_frames import source_frames
-from tests.compat.venvs import VenvError, ensure_lerobot_venv_timed, lerobot_read
+from tests.compat.venvs import lerobot_read
 from tests.integration.test_lerobot_copy import run, video_summaries
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(1800),
               pytest.mark.xdist_group("lerobot_env")]
-
-
-@pytest.fixture(scope="module")
-def lerobot_python() -> Path:
-    try:
-        return ensure_lerobot_venv_timed()[0]
-    except VenvError as e:
-        pytest.fail(str(e))
 
 
 @pytest.mark.parametrize("sample", ["lerobot_v21_h264_1cam", "lerobot_v30_av1_2cam"])

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from robo_ray.formats.lerobot.depth import DepthQuant
-from tests.compat.venvs import COMPAT, VenvError, clean_env, ensure_lerobot_venv_timed, lerobot_read, run_json_script
+from tests.compat.venvs import COMPAT, clean_env, lerobot_read, run_json_script
 from tests.conformance.writer_cases import _rosbag_depth, canonical_views
 from tests.conftest import run_cli
 
@@ -37,16 +37,6 @@ SETS = ["--set", "validate.tfds_readback=false"]
 # float64, ds[i]'s torch path in float32; exp differs in the last bit); robo-ray matches the numpy path exactly
 # (tests/unit/test_lerobot_depth.py), so ds[i] is within 1 mm of it and equal on nearly every pixel.
 QUANT = DepthQuant()  # lerobot's defaults: 0.01 .. 10 m, shift 3.5 m, log
-
-
-@pytest.fixture(scope="module")
-def lerobot_python() -> Path:
-    try:
-        python, seconds = ensure_lerobot_venv_timed()
-    except VenvError as e:
-        pytest.fail(str(e))
-    print(f"lerobot venv: {'reused' if seconds is None else f'built in {seconds:.0f} s'}", file=sys.stderr)
-    return python
 
 
 def _read(python: Path, root: Path, tmp: Path, *args: str) -> tuple[dict, dict[str, np.ndarray]]:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pyarrow.types as pa_types
 import pytest
 
-from tests.compat.venvs import VenvError, ensure_lerobot_venv_timed, lerobot_read
+from tests.compat.venvs import lerobot_read
 from tests.conftest import run_cli
 from tests.fixtures import aloha_gen, robomimic_gen, rosbag_gen, zarr_gen
 
@@ -33,15 +33,6 @@ SOURCES: dict[str, tuple[Callable[[Path], Path], tuple[str, ...]]] = {
                  ("--set", "target.options.fps=60")),
     "rosbag": (lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "mcap", episodes=2), ()),
 }
-
-
-@pytest.fixture(scope="module")
-def lerobot_python() -> Path:
-    try:
-        python, _ = ensure_lerobot_venv_timed()
-    except VenvError as e:
-        pytest.fail(f"the lerobot 0.6.1 venv could not be built: {e}")
-    return python
 
 
 BOOKKEEPING = {"index", "frame_index", "episode_index", "timestamp", "task_index"}

@@ -26,10 +26,9 @@ from typing import Any, Iterable
 import av
 import numpy as np
 
-from robo_ray.activity import ACTIVITY
 from robo_ray.errors import ConfigError, DataCorrupt, FrameCountMismatch
 from robo_ray.formats.lerobot.stats import array_stats
-from robo_ray.formats.lerobot.video_encode import downsample, stats_sample_indices
+from robo_ray.formats.lerobot.video_encode import downsample, flush_stream, mux_frame, stats_sample_indices
 from robo_ray.images import depth_array
 
 QMAX = 4095  # 12-bit codes
@@ -163,15 +162,9 @@ def encode_depth_episode(path: str, frames: Iterable[Any], length: int, height: 
                 clipped[0] += int((mm < lo).sum())
                 clipped[1] += int((mm > hi).sum())
                 clipped[2] += mm.size
-            frame = av.VideoFrame.from_ndarray(quant.quantize(mm), format=PIX_FMT)
-            frame.pts, frame.time_base = n, tb
-            frame.pict_type = av.video.frame.PictureType.NONE
-            for packet in stream.encode(frame):
-                out.mux(packet)
-            ACTIVITY.beat()
+            mux_frame(out, stream, av.VideoFrame.from_ndarray(quant.quantize(mm), format=PIX_FMT), n, tb)
             n += 1
-        for packet in stream.encode(None):
-            out.mux(packet)
+        flush_stream(out, stream)
     if n != length:
         raise FrameCountMismatch(f"depth camera yielded {n} frames for an episode of {length} steps")
     return n

@@ -229,18 +229,27 @@ def encode_episode(path: str, frames: Iterable[Any], length: int, height: int, w
                 frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
             if hist is not None and n in sample and rgb is not None:
                 hist.add(rgb)
-            frame.pts = n
-            frame.time_base = tb
-            frame.pict_type = av.video.frame.PictureType.NONE  # the GOP is ours (g), not the source's
-            for packet in stream.encode(frame):
-                out.mux(packet)
-            ACTIVITY.beat()
+            mux_frame(out, stream, frame, n, tb)
             n += 1
-        for packet in stream.encode(None):
-            out.mux(packet)
+        flush_stream(out, stream)
     if n != length:
         raise FrameCountMismatch(f"camera yielded {n} frames for an episode of {length} steps")
     return n
+
+
+def mux_frame(out: Any, stream: Any, frame: av.VideoFrame, n: int, tb: Fraction) -> None:
+    """Encode frame `n` (pts n, time base `tb`; the GOP is ours (g), not the source's) and mux its packets."""
+    frame.pts, frame.time_base = n, tb
+    frame.pict_type = av.video.frame.PictureType.NONE
+    for packet in stream.encode(frame):
+        out.mux(packet)
+    ACTIVITY.beat()
+
+
+def flush_stream(out: Any, stream: Any) -> None:
+    """The encoder's delayed packets muxed at the end of an episode."""
+    for packet in stream.encode(None):
+        out.mux(packet)
 
 
 class UnitVideo:
