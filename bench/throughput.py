@@ -55,7 +55,11 @@ repository root with PYTHONPATH=. ; every mode writes bench/results/throughput-<
    (PASS under 2 s), in-process with it (PASS when it adds no more than `import tensorflow, tensorflow_datasets`
    takes in a fresh interpreter, measured in the same run: the read-back child imports them while the
    conversion runs), --actors 2 without the read-back (PASS under 10 s) and with it (also held to 10 s); each --runs
-   times, the whole command's wall time (interpreter start to exit), median and every run.
+   times, the whole command's wall time (interpreter start to exit), median and every run, and the CPU seconds of
+   its whole process tree (bench/cpu_tree.py: a cgroup, so Ray's daemons and workers count). Beside them, the floor
+   of any 1-unit Ray run on this machine (bench/ray_floor.py: `ray.init` as robo-ray starts its own instance, then
+   a 1-row Ray Data actor pool; and with one plain actor instead): `--actors 2` without read-back / the Ray Data
+   floor is held to <= STARTUP_OVER_FLOOR (robo-ray's own share of a Ray run's start-up).
 
 Every timed command runs alone, one after the other: first one untimed warm-up run of each kind (in-process, Ray;
 --startup: one untimed round), so that no timed run is the first to read Ray's and robo-ray's files from disk; then
@@ -84,6 +88,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from bench.cpu_tree import CpuTree
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -215,8 +221,9 @@ def robo_run(src: str, dst: Path, mode: str, max_episodes: int | None = None, se
     log_out, log_err = dst.with_name(dst.name + ".stdout"), dst.with_name(dst.name + ".stderr")
     with open(log_out, "w") as fo, open(log_err, "w") as fe:
         t0, epoch0 = time.perf_counter(), time.time()
+        tree = CpuTree("run")
         proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=REPO, env=ENV,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=tree.enter if tree.ok else None)
         rss = PeakRss(proc.pid)
         rss.start()
         try:
@@ -227,6 +234,7 @@ def robo_run(src: str, dst: Path, mode: str, max_episodes: int | None = None, se
         wall = time.perf_counter() - t0
         rss.stop.set()
     res: dict[str, Any] = {"mode": mode, "max_episodes": max_episodes, "wall_seconds": wall, "exit_code": code,
+                           "cpu_tree_seconds": tree.seconds(),
                            "command": " ".join(cmd),
                            "peak_rss_mb_driver": round(rss.driver / 2**20),
                            "peak_rss_mb_per_actor": sorted(round(v / 2**20) for v in rss.actors.values())}
@@ -674,13 +682,15 @@ def short_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> in
 
 
 # ------------------------------------------------------------------------------------------------- mode 3: startup
+# robo-ray's 1-episode `--actors 2` run against Ray's own floor on the same machine (bench/ray_floor.py)
+STARTUP_OVER_FLOOR = 1.25
 STARTUP_VARIANTS = (("inprocess", False, 2.0), ("inprocess", True, None), ("2", False, 10.0), ("2", True, 10.0))
 
 
-def _timed(cmd: list[str], timeout: float) -> tuple[float, int | None]:
+def _timed(cmd: list[str], timeout: float, tree: CpuTree | None = None) -> tuple[float, int | None]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            cwd=REPO, env=ENV, start_new_session=True)
+                            cwd=REPO, env=ENV, start_new_session=True, preexec_fn=tree.enter if tree else None)
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -699,16 +709,23 @@ def startup_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> 
                        stdout=subprocess.DEVNULL)
         (src / ".complete").write_text("")
     # references: the interpreter + robo_ray.cli's imports (`--help`), and what the read-back child imports
+    # and the floor of any 1-unit Ray run here: Ray's start + a Ray Data actor pool (or a plain actor), no robo-ray
     refs = {"cli_help": [sys.executable, "-m", "robo_ray.cli", "--help"],
-            "import_tf": [sys.executable, "-c", "import tensorflow, tensorflow_datasets"]}
+            "import_tf": [sys.executable, "-c", "import tensorflow, tensorflow_datasets"],
+            "ray_floor_data": [sys.executable, "-m", "bench.ray_floor", "data"],
+            "ray_floor_actor": [sys.executable, "-m", "bench.ray_floor", "actor"]}
     walls: dict[str, list[float | None]] = {k: [] for k in refs}
+    cpus: dict[str, list[float | None]] = {k: [] for k in refs}
     variants = {f"{m}-{'readback' if rb else 'noreadback'}": (m, rb, lim) for m, rb, lim in STARTUP_VARIANTS}
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in variants}
     for i in range(-1 if not args.no_warm_up else 0, args.runs):  # round -1: the untimed warm-up
         for k, cmd in refs.items():
-            w, code = _timed(cmd, 600)
+            tree = CpuTree("ref")
+            w, code = _timed(cmd, 600, tree if tree.ok else None)
+            cpu = tree.seconds()
             if i >= 0:
                 walls[k].append(w if code == 0 else None)
+                cpus[k].append(cpu if code == 0 else None)
         for k, (m, rb, _) in variants.items():
             r = robo_run(str(src), work / f"out-{k}-{i}", m, None, [f"validate.tfds_readback={str(rb).lower()}"],
                          args.timeout)
@@ -723,13 +740,16 @@ def startup_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> 
         return statistics.median(ok) if len(ok) == len(xs) and ok else None
 
     result: dict[str, Any] = {"dataset": "startup", "source": str(src), "environment": env, "runs_each": args.runs,
-                              "references": {k: {"walls": v, "median": med(v)} for k, v in walls.items()},
+                              "references": {k: {"walls": v, "median": med(v), "cpu_tree_seconds": cpus[k],
+                                                 "cpu_median": med(cpus[k])} for k, v in walls.items()},
                               "variants": {}, "checks": []}
     failed = False
     for k, (m, rb, lim) in variants.items():
         ws = _walls(runs[k])
         failed |= any(w is None for w in ws)
+        cs = [r.get("cpu_tree_seconds") for r in runs[k]]
         result["variants"][k] = {"mode": m, "tfds_readback": rb, "walls": ws, "median": med(ws), "limit_s": lim,
+                                 "cpu_tree_seconds": cs, "cpu_median": med(cs),
                                  "verdict": _verdict(med(ws), lim, False) if lim else None,
                                  "errors": [r["error"] for r in runs[k] if "error" in r],
                                  "command": runs[k][0]["command"] if runs[k] else None}
@@ -738,6 +758,8 @@ def startup_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> 
              if V["inprocess-readback"]["median"] is not None and V["inprocess-noreadback"]["median"] is not None
              else None)
     tf = Rf["import_tf"]["median"]
+    floor, ray2 = Rf["ray_floor_data"]["median"], V["2-noreadback"]["median"]
+    over_floor = ray2 / floor if floor and ray2 is not None else None
     result["checks"] = [
         {"check": "in-process, no read-back: median wall s", "value": V["inprocess-noreadback"]["median"],
          "limit": "< 2 s", "verdict": V["inprocess-noreadback"]["verdict"]},
@@ -748,20 +770,27 @@ def startup_bench(args: argparse.Namespace, env: dict[str, Any], work: Path) -> 
          "verdict": V["2-noreadback"]["verdict"]},
         {"check": "--actors 2, with read-back: median wall s", "value": V["2-readback"]["median"], "limit": "< 10 s",
          "verdict": V["2-readback"]["verdict"]},
+        {"check": "--actors 2, no read-back / Ray floor (ray.init + a 1-row Ray Data actor pool, same run)",
+         "value": over_floor, "limit": f"<= {STARTUP_OVER_FLOOR}",
+         "verdict": _verdict(over_floor, STARTUP_OVER_FLOOR, False) if over_floor is not None else "n/a"},
     ]
     md = _header("1-episode run (LeRobot v3.0, 20 frames 64x48 H.264, 1 camera): whole-command wall", env)
     md += [f"Each {args.runs} times, interleaved; default config except validate.tfds_readback:", "",
-           "| command | median s | every run s | limit |", "|---|---|---|---|"]
+           "| command | median s | every run s | CPU s, whole process tree (median) | limit |",
+           "|---|---|---|---|---|"]
     labels = {"inprocess-noreadback": "in-process, no tfds read-back", "inprocess-readback": "in-process, read-back",
               "2-noreadback": "--actors 2, no tfds read-back", "2-readback": "--actors 2, read-back"}
     for k, v in V.items():
         lim = f"< {v['limit_s']:.0f} s" if v["limit_s"] else ""
         md.append(f"| robo-ray run, {labels[k]} | {_fmt(v['median'], '.2f')} | "
-                  f"{', '.join(_fmt(w, '.2f') for w in v['walls'])} | {lim} |")
-    md.append(f"| reference: `python -m robo_ray.cli --help` | {_fmt(Rf['cli_help']['median'], '.2f')} | "
-              f"{', '.join(_fmt(w, '.2f') for w in Rf['cli_help']['walls'])} | |")
-    md.append(f"| reference: `python -c 'import tensorflow, tensorflow_datasets'` | {_fmt(tf, '.2f')} | "
-              f"{', '.join(_fmt(w, '.2f') for w in Rf['import_tf']['walls'])} | |")
+                  f"{', '.join(_fmt(w, '.2f') for w in v['walls'])} | {_fmt(v['cpu_median'], '.2f')} | {lim} |")
+    ref_labels = {"cli_help": "`python -m robo_ray.cli --help`",
+                  "import_tf": "`python -c 'import tensorflow, tensorflow_datasets'`",
+                  "ray_floor_data": "Ray floor: `python -m bench.ray_floor data` (ray.init + 1-row Ray Data actor pool)",
+                  "ray_floor_actor": "Ray floor: `python -m bench.ray_floor actor` (ray.init + 1 plain actor)"}
+    for k, label in ref_labels.items():
+        md.append(f"| reference: {label} | {_fmt(Rf[k]['median'], '.2f')} | "
+                  f"{', '.join(_fmt(w, '.2f') for w in Rf[k]['walls'])} | {_fmt(Rf[k]['cpu_median'], '.2f')} | |")
     md += _startup_breakdown(runs.get("2-noreadback", []))
     md += _checks_md(result["checks"], "")
     write_results(Path(args.out), "startup", result, md)

@@ -88,6 +88,17 @@ log = logging.getLogger("robo_ray.ray_exec")
 __all__ = ["RayExecutor", "actors_for_mode", "MODES"]
 
 
+def own_instance_kwargs(object_store_mb: int, num_cpus: int | None = None) -> dict[str, Any]:
+    """`ray.init` arguments of the Ray instance robo-ray starts itself (no cluster to join). worker_niceness 0: Ray
+    starts workers at nice 15 (its daemons first); on a shared laptop that starves the converting actors behind any
+    nice-0 process (NOTES: "Ray workers at nice 15")."""
+    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
+                              "object_store_memory": object_store_mb << 20, "_system_config": {"worker_niceness": 0}}
+    if num_cpus:
+        kwargs["num_cpus"] = num_cpus
+    return kwargs
+
+
 class RayExecutor:
     """Converts units on Ray Data's autoscaling actor pool (see the module docstring)."""
 
@@ -137,14 +148,7 @@ class RayExecutor:
         if not ray.is_initialized():
             addr = self.address
             if self._own_instance():
-                # worker_niceness 0: Ray starts workers at nice 15 (its daemons first); on a shared laptop that
-                # starves the converting actors behind any nice-0 process (NOTES: "Ray workers at nice 15")
-                kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING,
-                                          "object_store_memory": self.object_store_mb << 20,
-                                          "_system_config": {"worker_niceness": 0}}
-                if self.num_cpus:
-                    kwargs["num_cpus"] = self.num_cpus
-                ray.init(address="local", **kwargs)
+                ray.init(address="local", **own_instance_kwargs(self.object_store_mb, self.num_cpus))
             else:
                 try:
                     ray.init(address=addr or None, logging_level=logging.WARNING)
