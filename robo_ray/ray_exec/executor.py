@@ -63,6 +63,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from typing import Any, Iterator, TextIO
 
 import ray
@@ -444,8 +445,11 @@ def _unit_dataset(units: list[Unit], ctx: Any, size: PoolSize) -> Any:
     compute = ray.data.ActorPoolStrategy(min_size=min(size.min_size, top), max_size=top,
                                          initial_size=min(size.initial_size, top), max_tasks_in_flight_per_actor=1)
     ds = ray.data.from_items(rows, override_num_blocks=len(rows))
-    return ds.map_batches(UnitMapper, fn_constructor_kwargs={"ctx": ctx}, batch_size=1, batch_format="numpy",
-                          compute=compute, num_cpus=size.cpus_per_actor, ray_remote_args_fn=_actor_options)
+    with warnings.catch_warnings():
+        # Ray 2.60 (pinned) marks ray_remote_args_fn deprecated for 2.64; a user's run should not print that line
+        warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
+        return ds.map_batches(UnitMapper, fn_constructor_kwargs={"ctx": ctx}, batch_size=1, batch_format="numpy",
+                              compute=compute, num_cpus=size.cpus_per_actor, ray_remote_args_fn=_actor_options)
 
 
 def _actor_options() -> dict[str, Any]:
