@@ -2,6 +2,7 @@
 that live in it (LeRobot v3.0 files hold many episodes one after another)."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Iterator
 
 import av
@@ -44,6 +45,7 @@ class VideoStream:
         self._iter: Iterator[av.VideoFrame] | None = None
         self._peek: av.VideoFrame | None = None
         self.position = float("-inf")  # time of the last frame handed out
+        self.leased = False  # handed out by a VideoPool and not yet done with: the pool never closes it then
         self._open()
 
     def _url(self) -> str:
@@ -142,18 +144,21 @@ class VideoStream:
         if start - max(self.position, 0.0) > SEEK_AHEAD_S:
             self._seek(start)
         ACTIVITY.reading(self.path, "decoding")
-        while True:
-            frame = self._next()
-            if frame is None:
-                return
-            t = float(frame.time) if frame.time is not None else self.position + 1e-9
-            if t < start - tol:
-                continue
-            if end is not None and t >= end - tol:
-                self._peek = frame
-                return
-            self.position = t
-            yield t, frame
+        try:
+            while True:
+                frame = self._next()
+                if frame is None:
+                    return
+                t = float(frame.time) if frame.time is not None else self.position + 1e-9
+                if t < start - tol:
+                    continue
+                if end is not None and t >= end - tol:
+                    self._peek = frame
+                    return
+                self.position = t
+                yield t, frame
+        finally:
+            self.leased = False
 
     def close(self) -> None:
         if self._container is not None:
@@ -165,32 +170,57 @@ class VideoStream:
 
 
 class VideoPool:
-    """Open video streams keyed by path, reused across units by one actor; bounded number of open files."""
+    """Open video streams keyed by path, reused across units by one actor; at most `max_open` open files, the least
+    recently used closed first.
+
+    Thread-safe: each camera of an episode may decode in its own thread (stages/convert.py DecodeAhead), all through
+    this pool. A stream handed out by `get` is leased until its `window` ends; the pool never closes a leased stream
+    (it may hold more than `max_open` until the lease ends). Closing a stream another thread was decoding crashed
+    the process in FFmpeg (SIGSEGV: LeRobot v3.0, one episode per file, 2 cameras, more than 16 files)."""
 
     def __init__(self, threads: int = 1, max_open: int = 16) -> None:
         self.threads = threads
         self.max_open = max_open
-        self._streams: dict[str, VideoStream] = {}
+        self._streams: dict[str, VideoStream] = {}  # least recently used first
+        self._lock = threading.Lock()
 
     def get(self, path: str, open_file: Callable[[], Any] | None) -> VideoStream:
-        stream = self._streams.get(path)
-        if stream is None:
-            while len(self._streams) >= self.max_open:
-                _, old = self._streams.popitem()
-                old.close()
-            stream = VideoStream(path, open_file, self.threads)
+        with self._lock:
+            stream = self._streams.pop(path, None)
+            if stream is not None:
+                stream.leased = True
+                self._streams[path] = stream
+                return stream
+        stream = VideoStream(path, open_file, self.threads)  # outside the lock: opening a remote file may block
+        stream.leased = True
+        with self._lock:
+            self._evict(room_for=1)
             self._streams[path] = stream
         return stream
 
+    def _evict(self, room_for: int) -> None:
+        for p in list(self._streams):
+            if len(self._streams) + room_for <= self.max_open:
+                return
+            if not self._streams[p].leased:
+                self._streams.pop(p).close()
+
     def __contains__(self, path: str) -> bool:
-        return path in self._streams
+        with self._lock:
+            return path in self._streams
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._streams)
 
     def drop(self, path: str) -> None:
-        stream = self._streams.pop(path, None)
+        with self._lock:
+            stream = self._streams.pop(path, None)
         if stream is not None:
             stream.close()
 
     def close(self) -> None:
-        for s in self._streams.values():
+        with self._lock:
+            streams, self._streams = list(self._streams.values()), {}
+        for s in streams:
             s.close()
-        self._streams.clear()
