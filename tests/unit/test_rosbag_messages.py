@@ -14,8 +14,9 @@ from rosbags.typesys import Stores, get_typestore
 from robo_ray.errors import DataCorrupt
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import header_stamp
-from robo_ray.formats.rosbag.messages import describe, encoded_image, image_array, tensor_values
-from tests.fixtures.rosbag_gen import build
+from robo_ray.formats.rosbag.messages import (NotRead, compressed_depth_array, describe, encoded_image, extractor,
+                                              image_array, tensor_values)
+from tests.fixtures.rosbag_gen import build, compressed_depth
 
 TS2 = get_typestore(Stores.ROS2_HUMBLE)
 TS1 = get_typestore(Stores.ROS1_NOETIC)
@@ -70,9 +71,31 @@ def test_compressed_images_pass_as_their_bytes() -> None:
                                                              "data": np.frombuffer(data, np.uint8)})
         assert encoded_image(msg, "bag x") == data
         assert describe("sensor_msgs/msg/CompressedImage", msg, "bag x")[0].shape == shape
-    depth = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; compressedDepth png",
-                                                           "data": np.frombuffer(png.getvalue(), np.uint8)})
-    assert describe("sensor_msgs/msg/CompressedImage", depth, "bag x") == []
+
+
+def test_compressed_depth_is_read_other_depth_formats_are_not() -> None:
+    """compressed_depth_image_transport's 16UC1 PNG (after its 12-byte config header) -> uint16 depth, exactly;
+    32FC1 / RVL compressedDepth and undecoded Image encodings raise NotRead (the topic is left out), a damaged
+    compressedDepth message is the episode's DataCorrupt."""
+    depth = (np.arange(20, dtype=np.uint16).reshape(4, 5) * 3001)
+    msg = build(TS2, "sensor_msgs/msg/CompressedImage", {
+        "format": "16UC1; compressedDepth png", "data": np.frombuffer(compressed_depth(depth), np.uint8)})
+    (value,) = describe("sensor_msgs/msg/CompressedImage", msg, "bag x")
+    assert (value.kind, value.shape, value.dtype) == ("image", (4, 5, 1), "uint16")
+    got = extractor("sensor_msgs/msg/CompressedImage", value, "bag x")(msg)
+    assert got.dtype == np.uint16
+    np.testing.assert_array_equal(got[..., 0], depth)
+    for fmt in ("32FC1; compressedDepth", "16UC1; compressedDepth rvl"):
+        other = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": fmt, "data": msg.data})
+        with pytest.raises(NotRead, match="compressedDepth"):
+            describe("sensor_msgs/msg/CompressedImage", other, "bag x")
+    for enc in ("32FC1", "yuv422_yuy2"):
+        with pytest.raises(NotRead, match=enc):
+            describe("sensor_msgs/msg/Image", _image(RGB, enc), "bag x")
+    broken = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; compressedDepth png",
+                                                            "data": np.frombuffer(b"\0" * 40, np.uint8)})
+    with pytest.raises(DataCorrupt, match="holds no PNG"):
+        compressed_depth_array(broken, "bag x")
 
 
 def test_numbers_of_any_message() -> None:

@@ -90,7 +90,7 @@ class RosbagReader(BaseReader):
         if not paths:
             raise SourceFormatError(f"{self.url}: no ROS bags (*.mcap, *.bag, rosbag2 folders)")
         self.bags = [posixpath.relpath(p, self.root) for p in paths]
-        self.feats, self.language, first_times = self._features()
+        self.feats, self.language, first_times, self.left_out = self._features()
         self.features = {k: f.spec for k, f in self.feats.items()}
         data = self.data_topics()
         if clock is not None and clock not in data:
@@ -116,7 +116,9 @@ class RosbagReader(BaseReader):
     def _bag(self, rel: str, where: str) -> Bag:
         return Bag(self.fs, posixpath.join(self.root, rel), where)
 
-    def _features(self) -> tuple[dict[str, Feature], str | None, dict[str, np.ndarray]]:
+    def _features(self) -> tuple[dict[str, Feature], str | None, dict[str, np.ndarray], dict[str, str]]:
+        """The features of the first bag that opens, the language topic, each topic's times in that bag, and the
+        topics left out (topic -> why)."""
         first: EpisodeError | None = None
         for i, rel in enumerate(self.bags[:3]):
             where = self._where(i, rel)
@@ -129,11 +131,12 @@ class RosbagReader(BaseReader):
                 first = first or exc
                 continue
             firsts = {t: (bag.msgtype(t), d.first) for t, d in got.items() if d.first is not None}
-            feats, language = declare(firsts, where)
+            feats, language, left_out = declare(firsts, where)
             if not feats:
+                why = "".join(f"; {t}: {r}" for t, r in sorted(left_out.items())[:5])
                 raise SourceFormatError(f"{where}: no topic with data robo-ray reads (JointState, images, numeric "
-                                        f"messages); topics: {', '.join(sorted(bag.connections))}")
-            return feats, language, {t: d.arrays()[1] for t, d in got.items()}
+                                        f"messages); topics: {', '.join(sorted(bag.connections))}{why}")
+            return feats, language, {t: d.arrays()[1] for t, d in got.items()}, left_out
         assert first is not None
         raise SourceFormatError(f"{first} (the first bags cannot be read)")
 
@@ -204,7 +207,9 @@ class RosbagReader(BaseReader):
         scans = list(rows)
         if [s.rel for s in scans] != self.bags:
             raise ValueError(f"merge_scans: {len(scans)} scanned bags for {len(self.bags)} tasks")
-        refs, findings, tasks = [], [], []
+        refs, tasks = [], []
+        findings = [Finding("warning", "RB105", f"{topic} ({why}): left out; the other topics convert")
+                    for topic, why in sorted(self.left_out.items())]
         topics: dict[str, dict[str, Any]] = {}
         for i, s in enumerate(scans):
             where = self._where(i, s.rel)
@@ -237,7 +242,8 @@ class RosbagReader(BaseReader):
                                         0, agg["gaps"]))
         name = posixpath.splitext(self.bags[0])[0] if self._single else posixpath.basename(self.root)
         declared = {"bags": self.bags[:100], "topics": topics, "clock": self.rule.describe(),
-                    "stamps": self.stamps, "language_topic": self.language, "fps_source": self.fps_source}
+                    "stamps": self.stamps, "language_topic": self.language, "fps_source": self.fps_source,
+                    "left_out": dict(sorted(self.left_out.items())[:50])}
         inv = Inventory(dataset_name=name or "rosbag", dataset_root=self.url, source_format="rosbag",
                         source_version=",".join(sorted({s.kind for s in scans})), episodes_count=len(refs),
                         total_steps=sum(r.length for r in refs), features=self.features, refs=refs, fps=self.fps,
