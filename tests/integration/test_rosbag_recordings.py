@@ -58,16 +58,17 @@ def image_of(msg: Any) -> np.ndarray:
 
 
 def depth_of(msg: Any) -> np.ndarray:
-    """A compressedDepth message's depth, decoded independently: the 16-bit PNG after its 12-byte config header."""
-    with Image.open(io.BytesIO(bytes(msg.data)[12:])) as im:
+    """A depth CompressedImage's depth, decoded independently: the 16-bit PNG (compressedDepth: after its 12-byte
+    config header)."""
+    with Image.open(io.BytesIO(bytes(msg.data)[12 if "compressedDepth" in msg.format else 0:])) as im:
         return np.asarray(im).astype(np.uint16)[..., None]
 
 
 def truth(bag: Path, fps: float | None = FPS, stamps: str = "header", reference: str | None = None,
-          depth_topic: str | None = None) -> dict[str, Any]:
-    """One episode's expected steps by the as-of rule (`depth_topic`: a compressedDepth topic also mapped)."""
+          depth_topics: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One episode's expected steps by the as-of rule (`depth_topics`: depth CompressedImage topics also mapped)."""
     topics = raw_topics(bag, stamps)
-    data = DATA + ((depth_topic,) if depth_topic else ())
+    data = DATA + depth_topics
     start = max(int(topics[t][0][0]) for t in data)
     end = min(int(topics[t][0][-1]) for t in data)
     if reference is None:
@@ -90,7 +91,7 @@ def truth(bag: Path, fps: float | None = FPS, stamps: str = "header", reference:
             "velocity": np.array([m.velocity for m in asof("/joint_states")]),
             "action": np.array([m.data for m in asof("/arm/command")]),
             "frames": {t: np.stack([image_of(m) for m in asof(t)]) for t in CAMS},
-            "depth": np.stack([depth_of(m) for m in asof(depth_topic)]) if depth_topic else None,
+            "depth": {t: np.stack([depth_of(m) for m in asof(t)]) for t in depth_topics},
             "task": task, "length": len(ticks)}
 
 
@@ -184,17 +185,19 @@ def test_bags_to_lerobot_and_ortf(fmt: str, target: str, made: Callable[[str], P
 @pytest.mark.parametrize("fmt", ["ros1", "rosbag2_sqlite3"])
 def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: str, tmp_path: Path) -> None:
     """A recording with what `record -a` also catches: a compressedDepth topic (16UC1 PNG after its config header)
-    is read as depth, exactly; 32FC1 and yuv422_yuy2 image topics are left out with one finding each (they used to
+    and a 16-bit `png compressed` topic are read as depth, exactly; 32FC1 and yuv422_yuy2 image topics are left out with one finding each (they used to
     refuse the whole dataset), and everything else converts as before."""
-    depth_topic = "/camera/depth/image_rect_raw/compressedDepth"
+    depth_topics = ("/camera/aligned_depth_to_color/image_raw/compressed",
+                    "/camera/depth/image_rect_raw/compressedDepth")
     src = rosbag_gen.write_dataset(tmp_path / "bags", fmt, episodes=2, recorder_topics=True)
-    want = [truth(b, depth_topic=depth_topic) for b in bags(src)]
+    want = [truth(b, depth_topics=depth_topics) for b in bags(src)]
     inv = open_reader(str(src), options={"fps": FPS}).discover()
     left = sorted(f.message.split(" ")[0] for f in inv.findings if f.code == "RB105")
     assert left == ["/sim/depth/image_raw", "/usb_cam/image_raw"], inv.findings
     assert sorted(inv.declared["left_out"]) == left
-    spec = inv.features[depth_topic]
-    assert (spec.role, spec.dtype, tuple(spec.shape)) == ("depth", "uint16", (rosbag_gen.H, rosbag_gen.W, 1))
+    specs = {t: inv.features[t] for t in depth_topics}
+    for spec in specs.values():
+        assert (spec.role, spec.dtype, tuple(spec.shape)) == ("depth", "uint16", (rosbag_gen.H, rosbag_gen.W, 1))
     assert [r.length for r in inv.refs] == [w["length"] for w in want]
     outcome = convert(src, tmp_path / "out", "rlds", fps=FPS)
     episodes = load_rlds(Path(outcome.dataset_dir))
@@ -202,7 +205,8 @@ def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: st
     for ep, w in zip(episodes, want):
         steps = ep["steps"]
         np.testing.assert_array_equal(steps["action"], w["action"].astype(np.float32))
-        np.testing.assert_array_equal(steps[spec.name], w["depth"])  # 16-bit PNG in RLDS: lossless
+        for topic, spec in specs.items():  # 16-bit PNG in RLDS: lossless
+            np.testing.assert_array_equal(steps[spec.name], w["depth"][topic])
         for topic, name in CAMS.items():
             assert min(psnr(a, b) for a, b in zip(steps[name], w["frames"][topic])) >= 30, topic
 

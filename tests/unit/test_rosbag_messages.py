@@ -14,7 +14,7 @@ from rosbags.typesys import Stores, get_typestore
 from robo_ray.errors import DataCorrupt
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import header_stamp
-from robo_ray.formats.rosbag.messages import (NotRead, compressed_depth_array, describe, encoded_image, extractor,
+from robo_ray.formats.rosbag.messages import (NotRead, depth_png_array, describe, encoded_image, extractor,
                                               image_array, tensor_values)
 from tests.fixtures.rosbag_gen import build, compressed_depth
 
@@ -74,7 +74,8 @@ def test_compressed_images_pass_as_their_bytes() -> None:
 
 
 def test_compressed_depth_is_read_other_depth_formats_are_not() -> None:
-    """compressed_depth_image_transport's 16UC1 PNG (after its 12-byte config header) -> uint16 depth, exactly;
+    """compressed_depth_image_transport's 16UC1 PNG (after its 12-byte config header) and image_transport's 16-bit
+    PNG -> uint16 depth, exactly;
     32FC1 / RVL compressedDepth and undecoded Image encodings raise NotRead (the topic is left out), a damaged
     compressedDepth message is the episode's DataCorrupt."""
     depth = (np.arange(20, dtype=np.uint16).reshape(4, 5) * 3001)
@@ -92,10 +93,17 @@ def test_compressed_depth_is_read_other_depth_formats_are_not() -> None:
     for enc in ("32FC1", "yuv422_yuy2"):
         with pytest.raises(NotRead, match=enc):
             describe("sensor_msgs/msg/Image", _image(RGB, enc), "bag x")
+    png16 = io.BytesIO()  # image_transport's "png compressed" of a 16UC1 image: depth too, not an 8-bit camera
+    Image.fromarray(depth).save(png16, format="PNG")
+    plain = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; png compressed ",
+                                                           "data": np.frombuffer(png16.getvalue(), np.uint8)})
+    (value,) = describe("sensor_msgs/msg/CompressedImage", plain, "bag x")
+    assert (value.kind, value.shape, value.dtype) == ("image", (4, 5, 1), "uint16")
+    np.testing.assert_array_equal(extractor("sensor_msgs/msg/CompressedImage", value, "bag x")(plain)[..., 0], depth)
     broken = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; compressedDepth png",
                                                             "data": np.frombuffer(b"\0" * 40, np.uint8)})
     with pytest.raises(DataCorrupt, match="holds no PNG"):
-        compressed_depth_array(broken, "bag x")
+        depth_png_array(broken, "bag x")
 
 
 def test_numbers_of_any_message() -> None:

@@ -1,8 +1,8 @@
 """ROS message types -> what they hold for a dataset: the value a topic gives per step (numbers, an image, text),
 its per-step shape, and the role a type suggests. Decoding follows the encodings ROS uses: sensor_msgs/Image
 `rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, `16UC1` / `mono16` (depth, uint16); CompressedImage JPEG or PNG
-bytes (passed on undecoded); compressed_depth_image_transport's `16UC1; compressedDepth png` (a 12-byte config
-header, then a 16-bit PNG) decoded to uint16 depth. A topic whose first message cannot be read at all (another
+bytes (passed on undecoded); 16-bit PNGs (compressed_depth_image_transport's `16UC1; compressedDepth png`: a
+12-byte config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A topic whose first message cannot be read at all (another
 encoding such as 32FC1 or yuv422, a 32FC1 / RVL compressedDepth) raises `NotRead`: the topic is left out, with
 its reason, and the other topics convert."""
 from __future__ import annotations
@@ -23,6 +23,7 @@ COMPRESSED = "sensor_msgs/msg/CompressedImage"
 STRING = "std_msgs/msg/String"
 SKIPPED_TYPES = {"std_msgs/msg/Header", "std_msgs/msg/MultiArrayLayout"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")  # PIL's modes of a 16-bit grey PNG
 DEPTH_HEADER_MAX = 64  # compressedDepth: the PNG follows a small config header (12 bytes in ROS 1 and ROS 2)
 # encoding -> (channels, dtype, channel order reversed, alpha dropped)
 ENCODINGS: dict[str, tuple[int, str, bool, bool]] = {
@@ -116,15 +117,20 @@ def encoded_image(msg: Any, where: str) -> bytes:
     return data
 
 
-def encoded_shape(data: bytes, where: str) -> tuple[int, int, int]:
-    """(H, W, C) of JPEG / PNG bytes from their header: C 1 for grey, else 3."""
+def encoded_header(data: bytes, where: str) -> tuple[int, int, str]:
+    """(H, W, PIL mode) of JPEG / PNG bytes, from their header (nothing decoded)."""
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(data)) as im:
-            w, h, mode = im.width, im.height, im.mode
+            return im.height, im.width, im.mode
     except Exception as exc:  # noqa: BLE001 - PIL raises many kinds on bad data
         raise DataCorrupt(f"{where}: compressed image unreadable ({exc})") from exc
+
+
+def encoded_shape(data: bytes, where: str) -> tuple[int, int, int]:
+    """(H, W, C) of JPEG / PNG bytes from their header: C 1 for grey, else 3."""
+    h, w, mode = encoded_header(data, where)
     return h, w, 1 if mode in ("L", "1") else 3
 
 
@@ -132,27 +138,28 @@ def is_compressed_depth(msg: Any) -> bool:
     return "compresseddepth" in str(msg.format).lower()
 
 
-def compressed_depth_array(msg: Any, where: str) -> np.ndarray:
-    """A `16UC1; compressedDepth png` CompressedImage as HxWx1 uint16: the 16-bit PNG after the transport's config
-    header, its size checked before it is decoded."""
+def depth_png_array(msg: Any, where: str) -> np.ndarray:
+    """A CompressedImage holding a 16-bit grey PNG as HxWx1 uint16: `16UC1; compressedDepth png` (the PNG after
+    compressed_depth_image_transport's config header) or `16UC1; png compressed` (image_transport's PNG of a
+    16UC1 / mono16 image); the size is checked before the PNG is decoded."""
     from PIL import Image
 
     data = bytes(msg.data)
     at = data.find(PNG_MAGIC, 0, DEPTH_HEADER_MAX)
     if at < 0:
-        raise DataCorrupt(f"{where}: compressedDepth image ({msg.format!r}) holds no PNG")
+        raise DataCorrupt(f"{where}: depth image ({msg.format!r:.60}) holds no PNG")
     try:
         with Image.open(io.BytesIO(data[at:])) as im:
             w, h = im.size
             if not (0 < h <= MAX_DIM and 0 < w <= MAX_DIM) or h * w > MAX_ELEMENTS_PER_STEP:
-                raise DataCorrupt(f"{where}: compressedDepth image of {w}x{h} is beyond the limits")
+                raise DataCorrupt(f"{where}: depth image of {w}x{h} is beyond the limits")
             arr = np.asarray(im)
     except DataCorrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - PIL raises many kinds on bad data
-        raise DataCorrupt(f"{where}: compressedDepth PNG unreadable ({exc})") from exc
+        raise DataCorrupt(f"{where}: depth PNG unreadable ({exc})") from exc
     if arr.shape != (h, w) or arr.dtype.kind not in "iu" or arr.min(initial=0) < 0 or arr.max(initial=0) > 65535:
-        raise DataCorrupt(f"{where}: compressedDepth PNG is {arr.dtype} {arr.shape}, not 16-bit grey")
+        raise DataCorrupt(f"{where}: depth PNG is {arr.dtype} {arr.shape}, not 16-bit grey")
     return arr.astype(np.uint16)[..., None]
 
 
@@ -163,7 +170,7 @@ def _depth_format(msg: Any, where: str) -> TopicValue:
     encoding = fmt.split(";", 1)[0].strip()
     if encoding not in ("16UC1", "mono16") or "rvl" in fmt.lower():
         raise NotRead(f"compressedDepth format {fmt!r:.60} is not read (only 16UC1 PNG)")
-    arr = compressed_depth_array(msg, where)
+    arr = depth_png_array(msg, where)
     return TopicValue("image", tuple(arr.shape), "uint16")
 
 
@@ -178,7 +185,11 @@ def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
     if msgtype == COMPRESSED:
         if is_compressed_depth(msg):
             return [_depth_format(msg, where)]
-        return [TopicValue("encoded", encoded_shape(encoded_image(msg, where), where), "uint8")]
+        h, w, mode = encoded_header(encoded_image(msg, where), where)
+        if mode in SIXTEEN_BIT_MODES:  # image_transport's PNG of a 16UC1 / mono16 image: depth, decoded here
+            arr = depth_png_array(msg, where)
+            return [TopicValue("image", tuple(arr.shape), "uint16")]
+        return [TopicValue("encoded", (h, w, 1 if mode in ("L", "1") else 3), "uint8")]
     if msgtype == STRING:
         return [TopicValue("string", (), "string")]
     if msgtype == JOINT_STATE:
@@ -198,7 +209,7 @@ def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
 def extractor(msgtype: str, value: TopicValue, where: str) -> Callable[[Any], Any]:
     """A function of a deserialised message -> the feature's value for one step, checked against its shape."""
     if value.kind == "image":
-        decode = compressed_depth_array if msgtype == COMPRESSED else image_array
+        decode = depth_png_array if msgtype == COMPRESSED else image_array
 
         def image(msg: Any) -> np.ndarray:
             arr = decode(msg, where)
