@@ -166,6 +166,29 @@ def test_robomimic_family_to_lerobot_and_ortf(name: str, target: str, made: Call
         assert info["fps"] == 20 and set(info["splits"]) == {"train", "val"}
 
 
+def test_robocasa_language_per_demo(tmp_path: Path) -> None:
+    """RoboCasa-style demos each carry their instruction in `ep_meta` (JSON "lang"): every episode gets its own, in
+    RLDS (through tfds) and in LeRobot v3.0; a demo whose ep_meta is not JSON converts without one (RM108)."""
+    src = robomimic_gen.write_robocasa(tmp_path / "robocasa" / "PnPCounterToSink.hdf5", broken_meta=2)
+    with h5py.File(src, "r") as f:
+        want = [(json.loads(f["data"][d].attrs["ep_meta"])["lang"] if d != "demo_2" else "",
+                 f["data"][d]["actions"][()]) for d in ("demo_0", "demo_1", "demo_2")]
+    inv = open_reader(str(src)).discover()
+    assert [r.tasks for r in inv.refs] == [(w[0],) if w[0] else () for w in want]
+    assert inv.tasks == [w[0] for w in want if w[0]] and inv.fps == 20.0 and inv.robot_type == "PandaOmron"
+    assert [f.code for f in inv.findings] == ["RM108"] and "demo_2" in inv.findings[0].message
+    episodes = load_rlds(Path(convert(src, tmp_path / "rlds", "rlds").dataset_dir))
+    assert len(episodes) == len(want)
+    for ep, (lang, actions) in zip(episodes, want):
+        assert [s.decode() for s in ep["steps"]["language_instruction"]] == [lang] * len(actions)
+        np.testing.assert_array_equal(ep["steps"]["action"], actions)
+    convert(src, tmp_path / "lerobot", "lerobot")
+    reader = open_reader(str(tmp_path / "lerobot"))
+    for ref, (lang, actions) in zip(reader.discover().refs, want):
+        ep = reader.load_episode(ref)
+        assert set(ep.step_tasks) == {lang} and ep.length == len(actions)
+
+
 # ---- ALOHA / ACT -----------------------------------------------------------------------------------------------
 ALOHA: dict[str, dict[str, Any]] = {
     "aloha-real-jpeg": {},

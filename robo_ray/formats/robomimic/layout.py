@@ -9,6 +9,9 @@ robomimic (scripts/dataset_states_to_obs.py), MimicGen and Isaac Lab write one f
     mask/<name>             the demos of a filter key: a 1-D array of byte strings (dtype S) ("train", "valid",
                             and any other filter key, e.g. "20_percent")
 
+RoboCasa (and robomimic's language-conditioned datasets) give each demo an `ep_meta` attribute (JSON) whose
+"lang" is that demo's instruction.
+
 LIBERO (scripts/create_dataset.py) adds `problem_info` (JSON with `language_instruction`), `env_name`,
 `bddl_file_name`, `macros_image_convention` ("opengl": robosuite rendered the frames bottom-up) to data/'s attrs,
 and `robot_states` to each demo; its images are `obs/agentview_rgb`, `obs/eye_in_hand_rgb` (T, 128, 128, 3) uint8.
@@ -92,6 +95,17 @@ def language(problem_info: Any) -> str:
     if isinstance(text, list):  # some LIBERO variants store the words as a list
         text = " ".join(str(t) for t in text)
     return " ".join(text.split()) if isinstance(text, str) else ""
+
+
+def demo_language(attrs: Any, where: str) -> tuple[str, str | None]:
+    """A demo's own task text: its `ep_meta` attribute's "lang" (RoboCasa and robomimic's language-conditioned
+    datasets write `ep_meta` JSON per demo), and why it could not be read (None when it could, or is absent)."""
+    try:
+        meta = json_attr(attrs, "ep_meta", where)
+    except (SourceFormatError, UnsafeInput) as exc:
+        return "", str(exc)
+    text = meta.get("lang") if isinstance(meta, dict) else None
+    return (" ".join(text.split()), None) if isinstance(text, str) else ("", None)
 
 
 def opengl_frames(attrs: Any) -> bool:

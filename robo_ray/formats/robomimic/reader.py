@@ -5,7 +5,8 @@ Each demo is one episode of T steps (T = its `actions` rows): `obs/*` per step, 
 the `done` feature (robomimic's done_mode decides what it means, so it is kept as data, not a terminal flag).
 Episodes are numbered over the files in name order, demos in number order. Splits come from the file's masks:
 `mask/train`, `mask/valid` (-> val), `mask/test`; the other masks (filter keys) are listed in each episode's
-`filter_keys` metadata. The language is LIBERO's `problem_info` language_instruction. The frame rate is
+`filter_keys` metadata. The language is a demo's `ep_meta` "lang" (RoboCasa), else the file's LIBERO
+`problem_info` language_instruction. The frame rate is
 env_args' `control_freq` (robosuite's control rate) when the file records it, else --fps.
 
 The files are untrusted: a soft / external link inside a demo quarantines that demo (EP207), one elsewhere refuses
@@ -124,8 +125,6 @@ class RobomimicReader(Hdf5FilesReader):
             split_of, mask_findings = info["split_of"], info["mask_findings"]
             findings += mask_findings
             lang = layout.language(info["problem_info"])
-            if lang and lang not in tasks:
-                tasks.append(lang)
             demos = self._demos(rel)
             names = {name for _, name in demos}
             unknown = sorted({d for ds in info["masks"].values() for d in ds} - names)
@@ -136,7 +135,10 @@ class RobomimicReader(Hdf5FilesReader):
             for _, name in demos:
                 length = self._demo_length(rel, f["data"], name, info, findings)
                 steps += length
-                refs.append(EpisodeRef(len(refs), length, rel, tasks=(lang,) if lang else (), source_id=name,
+                text = self._demo_text(rel, f["data"], name, findings) or lang
+                if text and text not in tasks:
+                    tasks.append(text)
+                refs.append(EpisodeRef(len(refs), length, rel, tasks=(text,) if text else (), source_id=name,
                                        split=split_of.get(name)))
             total = info["total"]
             if isinstance(total, int) and total != steps:
@@ -158,6 +160,18 @@ class RobomimicReader(Hdf5FilesReader):
                         language_source="task" if tasks else "", step_storage="hdf5")
         inv.findings = findings + self.fps_findings()
         return inv
+
+    @staticmethod
+    def _demo_text(rel: str, data: Any, name: str, findings: list[Finding]) -> str:
+        """The demo's own instruction (`ep_meta` "lang"), "" when it has none; an unreadable ep_meta is a warning."""
+        import h5py
+
+        if not isinstance(data.get(name, getlink=True), h5py.HardLink):
+            return ""
+        text, why = layout.demo_language(data[name].attrs, f"{rel}: {name}")
+        if why:
+            findings.append(Finding("warning", "RM108", f"{why}; the demo has no instruction of its own"))
+        return text
 
     def _demo_length(self, rel: str, data: Any, name: str, info: dict[str, Any], findings: list[Finding]) -> int:
         """T of one demo: its actions' rows (0 when the demo cannot be looked into: it is quarantined when loaded,
