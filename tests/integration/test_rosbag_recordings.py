@@ -211,6 +211,19 @@ def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: st
             assert min(psnr(a, b) for a, b in zip(steps[name], w["frames"][topic])) >= 30, topic
 
 
+def test_a_topic_the_first_bag_does_not_describe_is_said_left_out(tmp_path: Path) -> None:
+    """The features come from the first bag: a topic whose message definition it lacks (a custom type in a bag
+    that stores none for it) cannot be mapped, and is named in a finding (RB105) instead of vanishing."""
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "mcap", episodes=2, seconds=1.0)
+    rosbag_gen.rewrite(src, 0, msgdefs=rosbag_gen.without_definition("/arm/command"))
+    inv = open_reader(str(src), options={"fps": FPS}).discover()
+    (left,) = [f for f in inv.findings if f.code == "RB105"]
+    assert left.message.startswith("/arm/command (std_msgs/msg/Float64MultiArray: no message definition in "
+                                   "episode_0.mcap"), left.message
+    assert "/arm/command" not in {f.topic for f in open_reader(str(src), options={"fps": FPS}).feats.values()}
+    assert inv.episodes_count == 2 and all(r.length for r in inv.refs)
+
+
 def test_clock_options(made: Callable[[str], Path]) -> None:
     """A reference topic as the clock, receive times instead of header stamps, each against the rule computed
     here; the two time bases give different steps (header stamps are 3 / 8 ms before receipt)."""

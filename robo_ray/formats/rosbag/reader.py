@@ -24,7 +24,7 @@ from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
 from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
 from robo_ray.formats.rosbag.messages import extractor
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
-from robo_ray.formats.rosbag.topics import Feature, declare
+from robo_ray.formats.rosbag.topics import SKIPPED_TOPICS, Feature, declare
 from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, ScanTask, check_fps
 from robo_ray.safety import MAX_EPISODES, check_count
 from robo_ray.storage import is_local
@@ -124,8 +124,10 @@ class RosbagReader(BaseReader):
             where = self._where(i, rel)
             try:
                 with self._bag(rel, where) as bag:
-                    topics = [t for t in bag.connections if (self.only is None or t in self.only)
-                              and bag.defined(t)]
+                    wanted = [t for t in bag.connections if self.only is None or t in self.only]
+                    topics = [t for t in wanted if bag.defined(t)]
+                    undefined = {t: f"{bag.msgtype(t)}: no message definition in {rel} (a type the bag does not "
+                                 "describe)" for t in wanted if t not in topics and t not in SKIPPED_TOPICS}
                     got = read_topics(bag, topics, self.stamps, {}, first_of=set(topics))
             except EpisodeError as exc:
                 first = first or exc
@@ -136,7 +138,7 @@ class RosbagReader(BaseReader):
                 why = "".join(f"; {t}: {r}" for t, r in sorted(left_out.items())[:5])
                 raise SourceFormatError(f"{where}: no topic with data robo-ray reads (JointState, images, numeric "
                                         f"messages); topics: {', '.join(sorted(bag.connections))}{why}")
-            return feats, language, {t: d.arrays()[1] for t, d in got.items()}, left_out
+            return feats, language, {t: d.arrays()[1] for t, d in got.items()}, {**undefined, **left_out}
         assert first is not None
         raise SourceFormatError(f"{first} (the first bags cannot be read)")
 
