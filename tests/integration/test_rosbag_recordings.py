@@ -34,14 +34,15 @@ CAMS = {"/cam_high/image_raw": "observation/image_high", "/cam_wrist/image_raw":
         "/cam_side/image_raw/compressed": "observation/image_side"}
 
 
-def raw_topics(bag: Path, stamps: str = "header") -> dict[str, tuple[np.ndarray, list[Any]]]:
-    """topic -> (times ns, messages) read with rosbags alone."""
+def raw_topics(bag: Path, stamps: str = "header", unset: tuple[str, ...] = ()
+               ) -> dict[str, tuple[np.ndarray, list[Any]]]:
+    """topic -> (times ns, messages) read with rosbags alone (`unset` topics: stamps never set, receive times)."""
     out: dict[str, tuple[list[int], list[Any]]] = {}
     with AnyReader([bag]) as r:
         for conn, t, raw in r.messages():
             msg = r.deserialize(raw, conn.msgtype)
             stamp = getattr(msg, "header", None)
-            if stamps == "header" and stamp is not None:
+            if stamps == "header" and stamp is not None and conn.topic not in unset:
                 t = stamp.stamp.sec * 10**9 + stamp.stamp.nanosec
             times, msgs = out.setdefault(conn.topic, ([], []))
             times.append(t)
@@ -65,9 +66,10 @@ def depth_of(msg: Any) -> np.ndarray:
 
 
 def truth(bag: Path, fps: float | None = FPS, stamps: str = "header", reference: str | None = None,
-          depth_topics: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One episode's expected steps by the as-of rule (`depth_topics`: depth CompressedImage topics also mapped)."""
-    topics = raw_topics(bag, stamps)
+          depth_topics: tuple[str, ...] = (), unset: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One episode's expected steps by the as-of rule (`depth_topics`: depth CompressedImage topics also mapped;
+    `unset`: topics whose header stamps are all 0, read by receive time)."""
+    topics = raw_topics(bag, stamps, unset)
     data = DATA + depth_topics
     start = max(int(topics[t][0][0]) for t in data)
     end = min(int(topics[t][0][-1]) for t in data)
@@ -222,6 +224,30 @@ def test_a_topic_the_first_bag_does_not_describe_is_said_left_out(tmp_path: Path
                                    "episode_0.mcap"), left.message
     assert "/arm/command" not in {f.topic for f in open_reader(str(src), options={"fps": FPS}).feats.values()}
     assert inv.episodes_count == 2 and all(r.length for r in inv.refs)
+
+
+def test_header_stamps_never_set_take_receive_times(tmp_path: Path) -> None:
+    """A publisher that never sets header.stamp (all 0, common in hand-written nodes) on /joint_states: its receive
+    times are used (RB106 says so) and the episodes convert with the values the as-of rule picks by them (they used
+    to hold no step: the window closed at t=0)."""
+    def unstamped(messages: list[Any]) -> list[Any]:
+        for _, topic, _, value in messages:
+            if topic == "/joint_states":
+                value["header"]["stamp"] = {"sec": 0, "nanosec": 0}
+        return messages
+
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "rosbag2_sqlite3", episodes=2)
+    for ep in (0, 1):
+        rosbag_gen.rewrite(src, ep, "rosbag2_sqlite3", messages=unstamped)
+    want = [truth(b, unset=("/joint_states",)) for b in bags(src)]
+    inv = open_reader(str(src), options={"fps": FPS}).discover()
+    assert [f.code for f in inv.findings if f.code in ("RB101", "RB106")] == ["RB106"], inv.findings
+    assert inv.declared["topics"]["/joint_states"]["stamps"] == "log (stamps unset)"
+    assert [r.length for r in inv.refs] == [w["length"] for w in want] and all(w["length"] > 10 for w in want)
+    episodes = load_rlds(Path(convert(src, tmp_path / "out", "rlds", fps=FPS).dataset_dir))
+    for ep, w in zip(episodes, want):
+        np.testing.assert_array_equal(ep["steps"]["observation/state"], w["state"].astype(np.float32))
+        np.testing.assert_array_equal(ep["steps"]["action"], w["action"].astype(np.float32))
 
 
 def test_clock_options(made: Callable[[str], Path]) -> None:

@@ -11,7 +11,7 @@ import simplejpeg
 from PIL import Image
 from rosbags.typesys import Stores, get_typestore
 
-from robo_ray.errors import DataCorrupt
+from robo_ray.errors import DataCorrupt, DataMissing
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import header_stamp
 from robo_ray.formats.rosbag.messages import (NotRead, depth_png_array, describe, encoded_image, extractor,
@@ -145,3 +145,17 @@ def test_clock_rule_counts() -> None:
     assert wide.held == 0 and wide.filled == 5
     assert clock.first_decrease(np.array([1, 2, 2, 1, 3])) == 3 and clock.window({"a": times, "b": times[3:]}) \
         == (times[3], times[-1])
+
+
+def test_topics_on_clocks_hours_apart_say_how_to_convert_them() -> None:
+    """Simulation-time header stamps beside wall-clock receive times share no window: the episode's error says
+    to use receive times throughout; topics that merely do not overlap get no such hint."""
+    from robo_ray.formats.rosbag.steps import ClockRule, plan_steps
+
+    rule = ClockRule(10.0, None, None, "quarantine")
+    sim = np.arange(0, 2_000_000_000, 20_000_000, dtype=np.int64)  # header stamps from t=0 (sim time)
+    wall = 1_700_000_000 * 10**9 + np.arange(0, 2_000_000_000, 50_000_000, dtype=np.int64)  # receive times
+    plan = plan_steps({"/joint_states": sim, "/arm/command": wall}, rule, "bag x")
+    assert isinstance(plan.error, DataMissing) and "stamps=log" in str(plan.error)
+    apart = plan_steps({"/joint_states": sim, "/arm/command": sim + 3_000_000_000}, rule, "bag x")
+    assert isinstance(apart.error, DataMissing) and "stamps=log" not in str(apart.error)

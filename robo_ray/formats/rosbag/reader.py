@@ -171,7 +171,8 @@ class RosbagReader(BaseReader):
                     scan.topics[topic] = {"type": bag.msgtype(topic), "count": len(t), "rate_hz": _rate(period),
                                           "gaps": len(clock.gaps(t, period)),
                                           "max_interval_s": float(diffs.max()) / 1e9 if len(diffs) else 0.0,
-                                          "stamps": "header" if d.stamped else "log"}
+                                          "stamps": "header" if d.stamped else "log (stamps unset)" if d.unset
+                                          else "log"}
                 if self.language in got:
                     scan.texts = list(dict.fromkeys(got[self.language].values))
         except EpisodeError as exc:
@@ -235,6 +236,9 @@ class RosbagReader(BaseReader):
             refs.append(EpisodeRef(i, s.length, s.rel, tasks=(lang,) if lang else (),
                                    source_id=posixpath.basename(s.rel.rstrip("/"))))
         for topic, agg in topics.items():
+            if agg["stamps"] == "log (stamps unset)" and (topic in self.data_topics() or topic == self.language):
+                findings.append(Finding("warning", "RB106", f"{topic} ({agg['type']}): every header stamp is 0 (its "
+                                        "publisher never set it): receive times are used for it"))
             rates = agg.pop("rates_hz")
             agg["rate_hz"] = float(np.median(rates)) if rates else 0.0
             agg["mapped"] = topic in self.data_topics() or topic == self.language
