@@ -187,15 +187,16 @@ def test_bags_to_lerobot_and_ortf(fmt: str, target: str, made: Callable[[str], P
 @pytest.mark.parametrize("fmt", ["ros1", "rosbag2_sqlite3"])
 def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: str, tmp_path: Path) -> None:
     """A recording with what `record -a` also catches: a compressedDepth topic (16UC1 PNG after its config header)
-    and a 16-bit `png compressed` topic are read as depth, exactly; 32FC1 and yuv422_yuy2 image topics are left out with one finding each (they used to
-    refuse the whole dataset), and everything else converts as before."""
+    and a 16-bit `png compressed` topic are read as depth, exactly; 32FC1 and yuv422_yuy2 image topics and a point
+    cloud of varying size are left out with one finding each (they used to refuse the whole dataset, or quarantine
+    every episode), and everything else converts as before."""
     depth_topics = ("/camera/aligned_depth_to_color/image_raw/compressed",
                     "/camera/depth/image_rect_raw/compressedDepth")
     src = rosbag_gen.write_dataset(tmp_path / "bags", fmt, episodes=2, recorder_topics=True)
     want = [truth(b, depth_topics=depth_topics) for b in bags(src)]
     inv = open_reader(str(src), options={"fps": FPS}).discover()
     left = sorted(f.message.split(" ")[0] for f in inv.findings if f.code == "RB105")
-    assert left == ["/sim/depth/image_raw", "/usb_cam/image_raw"], inv.findings
+    assert left == ["/camera/depth/color/points", "/sim/depth/image_raw", "/usb_cam/image_raw"], inv.findings
     assert sorted(inv.declared["left_out"]) == left
     specs = {t: inv.features[t] for t in depth_topics}
     for spec in specs.values():
@@ -248,6 +249,30 @@ def test_header_stamps_never_set_take_receive_times(tmp_path: Path) -> None:
     for ep, w in zip(episodes, want):
         np.testing.assert_array_equal(ep["steps"]["observation/state"], w["state"].astype(np.float32))
         np.testing.assert_array_equal(ep["steps"]["action"], w["action"].astype(np.float32))
+
+
+def test_joint_states_from_two_publishers_are_left_out_not_every_episode(tmp_path: Path) -> None:
+    """Two publishers on /joint_states (the arm's 7 joints, a gripper driver's 1): no fixed per-step width, so the
+    topic is left out with its reason (RB105) and the episodes convert with the other topics (every episode used to
+    be quarantined at load)."""
+    def with_gripper(messages: list[Any]) -> list[Any]:
+        extra = [(t + 5_000_000, "/joint_states", "sensor_msgs/msg/JointState", {
+            "header": {"stamp": {"sec": t // 10**9, "nanosec": t % 10**9}, "frame_id": ""},
+            "name": ["gripper"], "position": np.array([0.04]), "velocity": np.zeros(0), "effort": np.zeros(0)})
+            for t, topic, _, _ in messages if topic == "/arm/command"]
+        return sorted(messages + extra, key=lambda m: m[0])
+
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "mcap", episodes=2, seconds=1.0)
+    for ep in (0, 1):
+        rosbag_gen.rewrite(src, ep, messages=with_gripper)
+    inv = open_reader(str(src), options={"fps": FPS}).discover()
+    (left,) = [f for f in inv.findings if f.code == "RB105"]
+    assert left.message.startswith("/joint_states (sensor_msgs/msg/JointState: its messages in episode_0.mcap hold "
+                                   "1 to 7 values (position)"), left.message
+    assert not [k for k in inv.features if k.startswith("/joint_states")]
+    assert "RB101" not in {f.code for f in inv.findings} and all(r.length for r in inv.refs)
+    episodes = load_rlds(Path(convert(src, tmp_path / "out", "rlds", fps=FPS).dataset_dir))
+    assert len(episodes) == 2 and all(len(ep["steps"]["action"]) for ep in episodes)
 
 
 def test_clock_options(made: Callable[[str], Path]) -> None:

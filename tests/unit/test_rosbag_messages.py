@@ -159,3 +159,25 @@ def test_topics_on_clocks_hours_apart_say_how_to_convert_them() -> None:
     assert isinstance(plan.error, DataMissing) and "stamps=log" in str(plan.error)
     apart = plan_steps({"/joint_states": sim, "/arm/command": sim + 3_000_000_000}, rule, "bag x")
     assert isinstance(apart.error, DataMissing) and "stamps=log" not in str(apart.error)
+
+
+def test_point_clouds_and_oversized_messages_are_not_step_features() -> None:
+    """A PointCloud2 and a message of more than MAX_TOPIC_VALUES numbers raise NotRead (left out, with the reason);
+    `widths` counts each message's numbers (per JointState part) so a varying topic can be found."""
+    from robo_ray.formats.rosbag.messages import MAX_TOPIC_VALUES, widths
+
+    cloud = build(TS2, "sensor_msgs/msg/PointCloud2", {"height": 1, "width": 3, "point_step": 4, "row_step": 12,
+                                                       "data": np.zeros(12, np.uint8)})
+    with pytest.raises(NotRead, match="point clouds"):
+        describe("sensor_msgs/msg/PointCloud2", cloud, "bag x")
+    big = build(TS2, "std_msgs/msg/Float32MultiArray", {"data": np.zeros(MAX_TOPIC_VALUES + 1, np.float32)})
+    with pytest.raises(NotRead, match="not a per-step feature"):
+        describe("std_msgs/msg/Float32MultiArray", big, "bag x")
+    joints = build(TS2, "sensor_msgs/msg/JointState", {"name": ["a", "b"], "position": np.ones(2),
+                                                       "velocity": np.zeros(0), "effort": np.ones(2)})
+    count = widths("sensor_msgs/msg/JointState")
+    assert count is not None and count(joints) == (2, 0, 2)
+    small = build(TS2, "std_msgs/msg/Float32MultiArray", {"data": np.zeros(5, np.float32)})
+    count = widths("std_msgs/msg/Float32MultiArray")
+    assert count is not None and count(small) == (5,)
+    assert widths("sensor_msgs/msg/Image") is None and widths("sensor_msgs/msg/PointCloud2") is None

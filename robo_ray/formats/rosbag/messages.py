@@ -22,6 +22,9 @@ IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
 STRING = "std_msgs/msg/String"
 SKIPPED_TYPES = {"std_msgs/msg/Header", "std_msgs/msg/MultiArrayLayout"}
+POINT_CLOUDS = {"sensor_msgs/msg/PointCloud2", "sensor_msgs/msg/PointCloud"}
+MAX_TOPIC_VALUES = 1 << 14  # numbers one message may give a step (a LaserScan's ranges fit; a point cloud does not)
+JOINT_PARTS = ("position", "velocity", "effort")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")  # PIL's modes of a 16-bit grey PNG
 DEPTH_HEADER_MAX = 64  # compressedDepth: the PNG follows a small config header (12 bytes in ROS 1 and ROS 2)
@@ -192,18 +195,30 @@ def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
         return [TopicValue("encoded", (h, w, 1 if mode in ("L", "1") else 3), "uint8")]
     if msgtype == STRING:
         return [TopicValue("string", (), "string")]
+    if msgtype in POINT_CLOUDS:
+        raise NotRead("point clouds are not read")
     if msgtype == JOINT_STATE:
         out = []
         names = tuple(str(n) for n in msg.name)
-        for part in ("position", "velocity", "effort"):
+        for part in JOINT_PARTS:
             n = len(getattr(msg, part))
             if n:
                 out.append(TopicValue("tensor", (n,), "float64", part, names if len(names) == n else None))
         return out
     n = len(tensor_values(msg, msgtype))
-    if not n or n > MAX_ELEMENTS_PER_STEP:
-        return []
-    return [TopicValue("tensor", (n,), "float64", names=leaf_names(msg))]
+    if n > MAX_TOPIC_VALUES:
+        raise NotRead(f"{n} numbers a message, over {MAX_TOPIC_VALUES} (not a per-step feature)")
+    return [TopicValue("tensor", (n,), "float64", names=leaf_names(msg))] if n else []
+
+
+def widths(msgtype: str) -> Callable[[Any], tuple[int, ...]] | None:
+    """How many numbers each message of a numeric topic gives (per JointState part), to find topics whose width
+    varies (a variable-length array, several publishers on one topic); None for types read otherwise."""
+    if msgtype in (IMAGE, COMPRESSED, STRING) or msgtype in POINT_CLOUDS:
+        return None
+    if msgtype == JOINT_STATE:
+        return lambda msg: tuple(len(getattr(msg, part)) for part in JOINT_PARTS)
+    return lambda msg: (len(tensor_values(msg, msgtype)),)
 
 
 def extractor(msgtype: str, value: TopicValue, where: str) -> Callable[[Any], Any]:

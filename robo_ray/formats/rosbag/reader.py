@@ -22,7 +22,7 @@ from robo_ray.errors import ConfigError, DataCorrupt, DataMissing, EpisodeError,
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
 from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
-from robo_ray.formats.rosbag.messages import extractor
+from robo_ray.formats.rosbag.messages import JOINT_PARTS, extractor, widths
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
 from robo_ray.formats.rosbag.topics import SKIPPED_TOPICS, Feature, declare
 from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, ScanTask, check_fps
@@ -128,12 +128,15 @@ class RosbagReader(BaseReader):
                     topics = [t for t in wanted if bag.defined(t)]
                     undefined = {t: f"{bag.msgtype(t)}: no message definition in {rel} (a type the bag does not "
                                  "describe)" for t in wanted if t not in topics and t not in SKIPPED_TOPICS}
-                    got = read_topics(bag, topics, self.stamps, {}, first_of=set(topics))
+                    counters = {t: fn for t in topics if (fn := widths(bag.msgtype(t))) is not None}
+                    got = read_topics(bag, topics, self.stamps, counters, first_of=set(topics))
             except EpisodeError as exc:
                 first = first or exc
                 continue
             firsts = {t: (bag.msgtype(t), d.first) for t, d in got.items() if d.first is not None}
             feats, language, left_out = declare(firsts, where)
+            feats, varying = _steady(feats, {t: got[t].values for t in counters}, rel)
+            left_out.update(varying)
             if not feats:
                 why = "".join(f"; {t}: {r}" for t, r in sorted(left_out.items())[:5])
                 raise SourceFormatError(f"{where}: no topic with data robo-ray reads (JointState, images, numeric "
@@ -310,6 +313,21 @@ class RosbagReader(BaseReader):
             return [""] * n
         idx = np.clip(np.searchsorted(data.arrays()[1], plan.ticks, side="right") - 1, 0, None)
         return [data.values[j] for j in idx]
+
+
+def _steady(feats: dict[str, Feature], counts: dict[str, list[tuple[int, ...]]], rel: str
+            ) -> tuple[dict[str, Feature], dict[str, str]]:
+    """The features without the topics whose messages in the first bag give a varying number of values (a
+    variable-length array; several publishers with different joints on one JointState topic): no fixed per-step
+    shape, so such a topic is left out (topic -> why) instead of quarantining every episode."""
+    varying: dict[str, str] = {}
+    for f in feats.values():
+        k = JOINT_PARTS.index(f.value.part) if f.value.part else 0
+        sizes = {c[k] for c in counts.get(f.topic, [])}
+        if len(sizes) > 1 and f.topic not in varying:
+            varying[f.topic] = (f"{f.msgtype}: its messages in {rel} hold {min(sizes)} to {max(sizes)} values"
+                                f"{f' ({f.value.part})' if f.value.part else ''}, not one size a step")
+    return {k: f for k, f in feats.items() if f.topic not in varying}, varying
 
 
 def clock_period(times: np.ndarray | None) -> int | None:
