@@ -189,6 +189,23 @@ def test_robocasa_language_per_demo(tmp_path: Path) -> None:
         assert set(ep.step_tasks) == {lang} and ep.length == len(actions)
 
 
+def test_a_short_first_demo_does_not_make_other_datasets_per_step(tmp_path: Path) -> None:
+    """A first demo of 1 step (Isaac Lab: initial_state/* has one row too) or of 2 steps beside MimicGen's
+    src_demo_inds (one entry per subtask: 2): those datasets are not taken for per-step features (they used to be,
+    and every other demo was quarantined for its row count); every demo loads."""
+    isaac = robomimic_gen.write_isaaclab(tmp_path / "isaac" / "dataset.hdf5", lengths=(1, 6, 4))
+    mimicgen = robomimic_gen.write_robomimic(tmp_path / "mg" / "demo.hdf5", (2, 5, 4), (16, 16), masks=False,
+                                             next_obs=False)
+    with h5py.File(mimicgen, "r+") as f:
+        for demo in f["data"].values():
+            demo.create_dataset("src_demo_inds", data=np.array([3, 1]))  # MimicGen: a source demo per subtask
+    for src, left in ((isaac, "initial_state/articulation/robot/joint_position"), (mimicgen, "src_demo_inds")):
+        reader = open_reader(str(src))
+        inv = reader.discover()
+        assert left not in inv.features and left in inv.declared["left_out"]
+        assert [reader.load_episode(r).length for r in inv.refs] == [r.length for r in inv.refs] and inv.refs
+
+
 # ---- ALOHA / ACT -----------------------------------------------------------------------------------------------
 ALOHA: dict[str, dict[str, Any]] = {
     "aloha-real-jpeg": {},

@@ -39,7 +39,9 @@ DEMO = re.compile(r"^demo_(\d{1,12})$")
 SPLIT_MASKS = {"train": "train", "valid": "val", "val": "val", "test": "test"}
 NEXT_OBS_NOTE = "the observation after each step (the next step's obs/...); left out"
 NOT_PER_STEP_NOTE = "not one row per step (e.g. Isaac Lab's initial_state); left out"
-MAX_ATTR_CHARS = 4 << 20  # env_args, problem_info, bddl_file_content: text attributes read whole
+MAX_ATTR_CHARS = 4 << 20
+INITIAL = "initial_state/"  # Isaac Lab: the scene's state at reset, one row
+CHECKED_DEMOS = 3  # demos whose row counts decide which datasets are per step  # env_args, problem_info, bddl_file_content: text attributes read whole
 
 
 def demo_number(name: str) -> int | None:
@@ -171,9 +173,20 @@ def _declare(feat: FeatureSpec) -> FeatureSpec:
     return replace(feat, role="other", name=canonical_path("", key))
 
 
+def not_per_step(group: Any, keys: list[str], where: str) -> list[str]:
+    """Of `keys`, those that do not hold one row per step in this demo (checked on a few demos besides the first:
+    a first demo of 1 or 2 steps makes Isaac Lab's initial_state or MimicGen's src_demo_inds look per-step)."""
+    actions = group.get("actions")
+    if actions is None or not hasattr(actions, "shape") or not actions.shape:
+        return []
+    steps = int(actions.shape[0])
+    rows = {key: ds.shape[0] if ds.shape else None for key, ds in leaves(group, "", where)}
+    return [k for k in keys if k in rows and rows[k] != steps]
+
+
 def demo_features(group: Any, where: str) -> tuple[dict[str, FeatureSpec], list[str]]:
     """The features of one demo group (the file's first), and the datasets left out for not having one row per
-    step. Non-numeric datasets are left out too."""
+    step. Non-numeric datasets are left out too, and Isaac Lab's `initial_state/*` (one row, whatever T is)."""
     actions = group.get("actions")
     if actions is None or not hasattr(actions, "shape") or len(actions.shape or ()) < 1:
         raise SourceFormatError(f"{where}: {group.name} has no actions dataset")
@@ -181,7 +194,7 @@ def demo_features(group: Any, where: str) -> tuple[dict[str, FeatureSpec], list[
     feats: dict[str, FeatureSpec] = {}
     skipped: list[str] = []
     for key, ds in leaves(group, "", where):
-        if ds.dtype.kind not in "biuf" or not ds.shape or int(ds.shape[0]) != steps:
+        if ds.dtype.kind not in "biuf" or not ds.shape or int(ds.shape[0]) != steps or key.startswith(INITIAL):
             skipped.append(key)
             continue
         if key.startswith("next_obs/"):

@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
-from robo_ray.errors import DataCorrupt, DataMissing, EpisodeDataOutside, SourceFormatError, UnsafeInput
+from robo_ray.errors import (DataCorrupt, DataMissing, EpisodeDataOutside, RoboRayError, SourceFormatError,
+                             UnsafeInput)
 from robo_ray.formats.hdf5 import (Hdf5FilesReader, LazyFrames, attr_text, check_dataset, foreign_links, jsonable,
                                    read_steps)
 from robo_ray.formats.robomimic import layout
@@ -53,7 +54,17 @@ class RobomimicReader(Hdf5FilesReader):
         demos = self._demos(first)
         if not demos:
             raise SourceFormatError(f"{first}: data/ holds no demo_<N> groups")
-        self.features, self.skipped = layout.demo_features(self._h5(first)["data"][demos[0][1]], first)
+        data = self._h5(first)["data"]
+        self.features, self.skipped = layout.demo_features(data[demos[0][1]], first)
+        for _, name in demos[1:layout.CHECKED_DEMOS]:
+            if name in self._info(first)["outside"]:
+                continue  # quarantined when loaded (EP207)
+            try:
+                odd = layout.not_per_step(data[name], list(self.features), first)
+            except RoboRayError:
+                continue  # a demo that cannot be looked into is that demo's error, when loaded
+            self.features = {k: f for k, f in self.features.items() if k not in odd}
+            self.skipped += odd
         rate = layout.control_freq(self._info(first)["env_args"])
         if rate:
             self.set_fps(rate, f"{first} data attrs env_args.env_kwargs.control_freq")
