@@ -33,7 +33,8 @@ SOURCES: dict[str, tuple[Callable[[Path], Path], str, float]] = {
     "dp-real-cache": (lambda tmp: zarr_gen.write_dp_real_cache(tmp / "real_pusht" / "4f3a.zarr.zip"),
                       "real_pusht/4f3a.zarr.zip", 0.0),
 }
-EXACT = {"pusht": True, "dp-robomimic-zip": False, "umi": False, "dp-real-cache": False}  # the stored frames decode to what was written
+# the stored frames decode to what was written
+EXACT = {"pusht": True, "dp-robomimic-zip": False, "umi": False, "dp-real-cache": False}
 
 
 @dataclass

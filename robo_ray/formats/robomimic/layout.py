@@ -39,9 +39,9 @@ DEMO = re.compile(r"^demo_(\d{1,12})$")
 SPLIT_MASKS = {"train": "train", "valid": "val", "val": "val", "test": "test"}
 NEXT_OBS_NOTE = "the observation after each step (the next step's obs/...); left out"
 NOT_PER_STEP_NOTE = "not one row per step (e.g. Isaac Lab's initial_state); left out"
-MAX_ATTR_CHARS = 4 << 20
+MAX_ATTR_CHARS = 4 << 20  # env_args, problem_info, bddl_file_content, ep_meta: text attributes read whole
 INITIAL = "initial_state/"  # Isaac Lab: the scene's state at reset, one row
-CHECKED_DEMOS = 3  # demos whose row counts decide which datasets are per step  # env_args, problem_info, bddl_file_content: text attributes read whole
+CHECKED_DEMOS = 3  # demos whose row counts decide which datasets are per step
 
 
 def demo_number(name: str) -> int | None:

@@ -2,8 +2,9 @@
 its per-step shape, and the role a type suggests. Decoding follows the encodings ROS uses: sensor_msgs/Image
 `rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, `16UC1` / `mono16` (depth, uint16); CompressedImage JPEG or PNG
 bytes (passed on undecoded); 16-bit PNGs (compressed_depth_image_transport's `16UC1; compressedDepth png`: a
-12-byte config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A topic whose first message cannot be read at all (another
-encoding such as 32FC1 or yuv422, a 32FC1 / RVL compressedDepth) raises `NotRead`: the topic is left out, with
+12-byte config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A topic
+whose first message robo-ray does not read (another encoding such as 32FC1 or yuv422, a 32FC1 / RVL
+compressedDepth, a point cloud, more than MAX_TOPIC_VALUES numbers) raises `NotRead`: the topic is left out, with
 its reason, and the other topics convert."""
 from __future__ import annotations
 
