@@ -206,6 +206,21 @@ def test_a_short_first_demo_does_not_make_other_datasets_per_step(tmp_path: Path
         assert [reader.load_episode(r).length for r in inv.refs] == [r.length for r in inv.refs] and inv.refs
 
 
+def test_libero_file_without_env_args_steps_at_liberos_rate(tmp_path: Path) -> None:
+    """A LIBERO file whose data attrs lack env_args (listings of the released files show none on some): LIBERO's
+    create_dataset.py always replays at control_freq 20, so 20 fps, which --fps replaces (it is not recorded)."""
+    src = robomimic_gen.write_libero_task(tmp_path / "KITCHEN_SCENE1_open_the_drawer_demo.hdf5", "open the drawer")
+    with h5py.File(src, "r+") as f:
+        del f["data"].attrs["env_args"]
+    inv = open_reader(str(src)).discover()
+    assert inv.fps == 20.0 and "LIBERO" in inv.declared["fps_source"] and "F101" not in {f.code for f in inv.findings}
+    assert open_reader(str(src), options={"fps": 10.0}).discover().fps == 10.0
+    plain = robomimic_gen.write_robomimic(tmp_path / "rm.hdf5", (3, 4), (16, 16))
+    with h5py.File(plain, "r+") as f:
+        del f["data"].attrs["env_args"]
+    assert open_reader(str(plain)).discover().fps == 0.0  # not LIBERO: no rate guessed
+
+
 # ---- ALOHA / ACT -----------------------------------------------------------------------------------------------
 ALOHA: dict[str, dict[str, Any]] = {
     "aloha-real-jpeg": {},

@@ -42,6 +42,7 @@ NOT_PER_STEP_NOTE = "not one row per step (e.g. Isaac Lab's initial_state); left
 MAX_ATTR_CHARS = 4 << 20  # env_args, problem_info, bddl_file_content, ep_meta: text attributes read whole
 INITIAL = "initial_state/"  # Isaac Lab: the scene's state at reset, one row
 CHECKED_DEMOS = 3  # demos whose row counts decide which datasets are per step
+LIBERO_RATE = 20.0  # LIBERO's create_dataset.py replays at control_freq=20 (used when env_args does not say)
 
 
 def demo_number(name: str) -> int | None:

@@ -65,9 +65,12 @@ class RobomimicReader(Hdf5FilesReader):
                 continue  # a demo that cannot be looked into is that demo's error, when loaded
             self.features = {k: f for k, f in self.features.items() if k not in odd}
             self.skipped += odd
-        rate = layout.control_freq(self._info(first)["env_args"])
+        info = self._info(first)
+        rate = layout.control_freq(info["env_args"])
         if rate:
             self.set_fps(rate, f"{first} data attrs env_args.env_kwargs.control_freq")
+        elif info["libero"]:
+            self.set_fps(layout.LIBERO_RATE, "LIBERO's create_dataset.py control_freq (20 Hz)", held=False)
 
     def _checked(self, rel: str, h5: Any) -> None:
         """Read what the file says about all its demos once (links outside demos refuse the file, RR301)."""
@@ -97,6 +100,7 @@ class RobomimicReader(Hdf5FilesReader):
                 "problem_info": layout.json_attr(attrs, "problem_info", rel),
                 "env_name": attr_text(attrs, "env_name", 4096) or attr_text(attrs, "env", 4096),
                 "total": jsonable(attrs.get("total")), "opengl": layout.opengl_frames(attrs),
+                "libero": "problem_info" in attrs and "bddl_file_name" in attrs,
                 "masks": masks, "outside": outside}
 
     def _demos(self, rel: str) -> list[tuple[int, str]]:
