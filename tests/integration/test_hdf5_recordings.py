@@ -206,6 +206,17 @@ def test_a_short_first_demo_does_not_make_other_datasets_per_step(tmp_path: Path
         assert [reader.load_episode(r).length for r in inv.refs] == [r.length for r in inv.refs] and inv.refs
 
 
+def test_libero_suite_scenes_of_other_state_sizes_all_convert(made: Callable[[str], Path]) -> None:
+    """A suite's files come from several scenes whose MuJoCo `states` differ in size: that dataset is left out with
+    one warning (RM109) and every demo of every file loads (the second file's used to be quarantined)."""
+    reader = open_reader(str(made("libero")))
+    inv = reader.discover()
+    assert "states" not in inv.features and "states" in inv.declared["left_out"]
+    (why,) = [f.message for f in inv.findings if f.code == "RM109"]
+    assert why.startswith("states: [20] a step in KITCHEN_SCENE1_") and "[26] in KITCHEN_SCENE2_" in why, why
+    assert [reader.load_episode(r).length for r in inv.refs] == [8, 6, 8, 6]
+
+
 def test_libero_file_without_env_args_steps_at_liberos_rate(tmp_path: Path) -> None:
     """A LIBERO file whose data attrs lack env_args (listings of the released files show none on some): LIBERO's
     create_dataset.py always replays at control_freq 20, so 20 fps, which --fps replaces (it is not recorded)."""

@@ -23,7 +23,7 @@ from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
 from robo_ray.errors import (DataCorrupt, DataMissing, EpisodeDataOutside, RoboRayError, SourceFormatError,
                              UnsafeInput)
 from robo_ray.formats.hdf5 import (Hdf5FilesReader, LazyFrames, attr_text, check_dataset, foreign_links, jsonable,
-                                   read_steps)
+                                   leaves, read_steps)
 from robo_ray.formats.robomimic import layout
 from robo_ray.readers.base import Finding, Inventory, MetaType
 from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count
@@ -65,12 +65,34 @@ class RobomimicReader(Hdf5FilesReader):
                 continue  # a demo that cannot be looked into is that demo's error, when loaded
             self.features = {k: f for k, f in self.features.items() if k not in odd}
             self.skipped += odd
+        self.varying = self._shapes_across_files()
         info = self._info(first)
         rate = layout.control_freq(info["env_args"])
         if rate:
             self.set_fps(rate, f"{first} data attrs env_args.env_kwargs.control_freq")
         elif info["libero"]:
             self.set_fps(layout.LIBERO_RATE, "LIBERO's create_dataset.py control_freq (20 Hz)", held=False)
+
+    def _shapes_across_files(self) -> dict[str, str]:
+        """Features whose per-step shape differs in another file's first demo (a LIBERO suite's `states`: each scene
+        has its own MuJoCo state size) are left out (key -> why) rather than quarantining those files' episodes. A
+        file that cannot be opened is its episodes' error, when discovered."""
+        varying: dict[str, str] = {}
+        for rel in self.files[1:]:
+            try:
+                demos = self._demos(rel)
+                group = self._h5(rel)["data"][demos[0][1]] if demos else None
+                shapes = {k: tuple(ds.shape[1:]) for k, ds in leaves(group, "", rel)} if group is not None else {}
+            except RoboRayError:
+                continue
+            for key, spec in list(self.features.items()):
+                shape = shapes.get(key)
+                if shape is not None and shape != tuple(spec.declared_shape or spec.shape):
+                    varying[key] = (f"{key}: {list(spec.declared_shape or spec.shape)} a step in {self.files[0]}, "
+                                    f"{list(shape)} in {rel}")
+                    del self.features[key]
+        self.skipped += list(varying)
+        return varying
 
     def _checked(self, rel: str, h5: Any) -> None:
         """Read what the file says about all its demos once (links outside demos refuse the file, RR301)."""
@@ -160,6 +182,8 @@ class RobomimicReader(Hdf5FilesReader):
                 findings.append(Finding("warning", "RM103", f"{rel}: data attrs total={total} but the demos hold "
                                         f"{steps} steps", total, steps))
         check_count("number of episodes", len(refs), MAX_EPISODES)
+        findings += [Finding("warning", "RM109", f"{why}: not one shape across the files; left out")
+                     for why in self.varying.values()]
         first = self._info(self.files[0])
         declared = {"files": self.files[:100], "env_name": first["env_name"], "env_args": first["env_args"],
                     "problem_info": first["problem_info"] if len(self.files) == 1 else None,
