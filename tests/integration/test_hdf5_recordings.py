@@ -166,6 +166,72 @@ def test_robomimic_family_to_lerobot_and_ortf(name: str, target: str, made: Call
         assert info["fps"] == 20 and set(info["splits"]) == {"train", "val"}
 
 
+def test_robocasa_language_per_demo(tmp_path: Path) -> None:
+    """RoboCasa-style demos each carry their instruction in `ep_meta` (JSON "lang"): every episode gets its own, in
+    RLDS (through tfds) and in LeRobot v3.0; a demo whose ep_meta is not JSON converts without one (RM108)."""
+    src = robomimic_gen.write_robocasa(tmp_path / "robocasa" / "PnPCounterToSink.hdf5", broken_meta=2)
+    with h5py.File(src, "r") as f:
+        want = [(json.loads(f["data"][d].attrs["ep_meta"])["lang"] if d != "demo_2" else "",
+                 f["data"][d]["actions"][()]) for d in ("demo_0", "demo_1", "demo_2")]
+    inv = open_reader(str(src)).discover()
+    assert [r.tasks for r in inv.refs] == [(w[0],) if w[0] else () for w in want]
+    assert inv.tasks == [w[0] for w in want if w[0]] and inv.fps == 20.0 and inv.robot_type == "PandaOmron"
+    assert [f.code for f in inv.findings] == ["RM108"] and "demo_2" in inv.findings[0].message
+    episodes = load_rlds(Path(convert(src, tmp_path / "rlds", "rlds").dataset_dir))
+    assert len(episodes) == len(want)
+    for ep, (lang, actions) in zip(episodes, want):
+        assert [s.decode() for s in ep["steps"]["language_instruction"]] == [lang] * len(actions)
+        np.testing.assert_array_equal(ep["steps"]["action"], actions)
+    convert(src, tmp_path / "lerobot", "lerobot")
+    reader = open_reader(str(tmp_path / "lerobot"))
+    for ref, (lang, actions) in zip(reader.discover().refs, want):
+        ep = reader.load_episode(ref)
+        assert set(ep.step_tasks) == {lang} and ep.length == len(actions)
+
+
+def test_a_short_first_demo_does_not_make_other_datasets_per_step(tmp_path: Path) -> None:
+    """A first demo of 1 step (Isaac Lab: initial_state/* has one row too) or of 2 steps beside MimicGen's
+    src_demo_inds (one entry per subtask: 2): those datasets are not taken for per-step features (they used to be,
+    and every other demo was quarantined for its row count); every demo loads."""
+    isaac = robomimic_gen.write_isaaclab(tmp_path / "isaac" / "dataset.hdf5", lengths=(1, 6, 4))
+    mimicgen = robomimic_gen.write_robomimic(tmp_path / "mg" / "demo.hdf5", (2, 5, 4), (16, 16), masks=False,
+                                             next_obs=False)
+    with h5py.File(mimicgen, "r+") as f:
+        for demo in f["data"].values():
+            demo.create_dataset("src_demo_inds", data=np.array([3, 1]))  # MimicGen: a source demo per subtask
+    for src, left in ((isaac, "initial_state/articulation/robot/joint_position"), (mimicgen, "src_demo_inds")):
+        reader = open_reader(str(src))
+        inv = reader.discover()
+        assert left not in inv.features and left in inv.declared["left_out"]
+        assert [reader.load_episode(r).length for r in inv.refs] == [r.length for r in inv.refs] and inv.refs
+
+
+def test_libero_suite_scenes_of_other_state_sizes_all_convert(made: Callable[[str], Path]) -> None:
+    """A suite's files come from several scenes whose MuJoCo `states` differ in size: that dataset is left out with
+    one warning (RM109) and every demo of every file loads (the second file's used to be quarantined)."""
+    reader = open_reader(str(made("libero")))
+    inv = reader.discover()
+    assert "states" not in inv.features and "states" in inv.declared["left_out"]
+    (why,) = [f.message for f in inv.findings if f.code == "RM109"]
+    assert why.startswith("states: [20] a step in KITCHEN_SCENE1_") and "[26] in KITCHEN_SCENE2_" in why, why
+    assert [reader.load_episode(r).length for r in inv.refs] == [8, 6, 8, 6]
+
+
+def test_libero_file_without_env_args_steps_at_liberos_rate(tmp_path: Path) -> None:
+    """A LIBERO file whose data attrs lack env_args (listings of the released files show none on some): LIBERO's
+    create_dataset.py always replays at control_freq 20, so 20 fps, which --fps replaces (it is not recorded)."""
+    src = robomimic_gen.write_libero_task(tmp_path / "KITCHEN_SCENE1_open_the_drawer_demo.hdf5", "open the drawer")
+    with h5py.File(src, "r+") as f:
+        del f["data"].attrs["env_args"]
+    inv = open_reader(str(src)).discover()
+    assert inv.fps == 20.0 and "LIBERO" in inv.declared["fps_source"] and "F101" not in {f.code for f in inv.findings}
+    assert open_reader(str(src), options={"fps": 10.0}).discover().fps == 10.0
+    plain = robomimic_gen.write_robomimic(tmp_path / "rm.hdf5", (3, 4), (16, 16))
+    with h5py.File(plain, "r+") as f:
+        del f["data"].attrs["env_args"]
+    assert open_reader(str(plain)).discover().fps == 0.0  # not LIBERO: no rate guessed
+
+
 # ---- ALOHA / ACT -----------------------------------------------------------------------------------------------
 ALOHA: dict[str, dict[str, Any]] = {
     "aloha-real-jpeg": {},

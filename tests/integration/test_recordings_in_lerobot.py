@@ -32,6 +32,11 @@ SOURCES: dict[str, tuple[Callable[[Path], Path], tuple[str, ...]]] = {
     "zarr-umi": (lambda tmp: zarr_gen.write_umi(tmp / "umi" / "replay_buffer.zarr.zip", (5, 7)).parent,
                  ("--set", "target.options.fps=60")),
     "rosbag": (lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "mcap", episodes=2), ()),
+    # what `record -a` catches besides (#27 audit): two 16-bit PNG depth topics, two undecoded ones left out
+    "rosbag-recorder": (lambda tmp: rosbag_gen.write_dataset(tmp / "bags", "rosbag2_sqlite3", episodes=2,
+                                                             recorder_topics=True), ()),
+    "zarr-dp-real": (lambda tmp: zarr_gen.write_dp_real_cache(tmp / "real" / "4f3a.zarr.zip", (5, 7)).parent,
+                     ("--fps", "10")),
 }
 
 

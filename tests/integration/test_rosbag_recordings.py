@@ -9,6 +9,7 @@ must be exact (float64 narrowed to float32 by the targets), frames within 30 dB 
 turned to RGB, JPEG decoded), the language the /task text; RLDS loads in tfds."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -16,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 import simplejpeg
+from PIL import Image
 from rosbags.highlevel import AnyReader
 
 from robo_ray.config import load_config
@@ -32,14 +34,15 @@ CAMS = {"/cam_high/image_raw": "observation/image_high", "/cam_wrist/image_raw":
         "/cam_side/image_raw/compressed": "observation/image_side"}
 
 
-def raw_topics(bag: Path, stamps: str = "header") -> dict[str, tuple[np.ndarray, list[Any]]]:
-    """topic -> (times ns, messages) read with rosbags alone."""
+def raw_topics(bag: Path, stamps: str = "header", unset: tuple[str, ...] = ()
+               ) -> dict[str, tuple[np.ndarray, list[Any]]]:
+    """topic -> (times ns, messages) read with rosbags alone (`unset` topics: stamps never set, receive times)."""
     out: dict[str, tuple[list[int], list[Any]]] = {}
     with AnyReader([bag]) as r:
         for conn, t, raw in r.messages():
             msg = r.deserialize(raw, conn.msgtype)
             stamp = getattr(msg, "header", None)
-            if stamps == "header" and stamp is not None:
+            if stamps == "header" and stamp is not None and conn.topic not in unset:
                 t = stamp.stamp.sec * 10**9 + stamp.stamp.nanosec
             times, msgs = out.setdefault(conn.topic, ([], []))
             times.append(t)
@@ -55,12 +58,21 @@ def image_of(msg: Any) -> np.ndarray:
     return img[..., ::-1] if msg.encoding == "bgr8" else img
 
 
-def truth(bag: Path, fps: float | None = FPS, stamps: str = "header", reference: str | None = None
-          ) -> dict[str, Any]:
-    """One episode's expected steps by the as-of rule."""
-    topics = raw_topics(bag, stamps)
-    start = max(int(topics[t][0][0]) for t in DATA)
-    end = min(int(topics[t][0][-1]) for t in DATA)
+def depth_of(msg: Any) -> np.ndarray:
+    """A depth CompressedImage's depth, decoded independently: the 16-bit PNG (compressedDepth: after its 12-byte
+    config header)."""
+    with Image.open(io.BytesIO(bytes(msg.data)[12 if "compressedDepth" in msg.format else 0:])) as im:
+        return np.asarray(im).astype(np.uint16)[..., None]
+
+
+def truth(bag: Path, fps: float | None = FPS, stamps: str = "header", reference: str | None = None,
+          depth_topics: tuple[str, ...] = (), unset: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One episode's expected steps by the as-of rule (`depth_topics`: depth CompressedImage topics also mapped;
+    `unset`: topics whose header stamps are all 0, read by receive time)."""
+    topics = raw_topics(bag, stamps, unset)
+    data = DATA + depth_topics
+    start = max(int(topics[t][0][0]) for t in data)
+    end = min(int(topics[t][0][-1]) for t in data)
     if reference is None:
         ticks = []
         k = 0
@@ -81,6 +93,7 @@ def truth(bag: Path, fps: float | None = FPS, stamps: str = "header", reference:
             "velocity": np.array([m.velocity for m in asof("/joint_states")]),
             "action": np.array([m.data for m in asof("/arm/command")]),
             "frames": {t: np.stack([image_of(m) for m in asof(t)]) for t in CAMS},
+            "depth": {t: np.stack([depth_of(m) for m in asof(t)]) for t in depth_topics},
             "task": task, "length": len(ticks)}
 
 
@@ -169,6 +182,97 @@ def test_bags_to_lerobot_and_ortf(fmt: str, target: str, made: Callable[[str], P
         assert matched == set(CAMS)
     if target == "lerobot":
         assert json.loads((tmp_path / "out" / "meta" / "info.json").read_text())["fps"] == FPS
+
+
+@pytest.mark.parametrize("fmt", ["ros1", "rosbag2_sqlite3"])
+def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: str, tmp_path: Path) -> None:
+    """A recording with what `record -a` also catches: a compressedDepth topic (16UC1 PNG after its config header)
+    and a 16-bit `png compressed` topic are read as depth, exactly; 32FC1 and yuv422_yuy2 image topics and a point
+    cloud of varying size are left out with one finding each (they used to refuse the whole dataset, or quarantine
+    every episode), and everything else converts as before."""
+    depth_topics = ("/camera/aligned_depth_to_color/image_raw/compressed",
+                    "/camera/depth/image_rect_raw/compressedDepth")
+    src = rosbag_gen.write_dataset(tmp_path / "bags", fmt, episodes=2, recorder_topics=True)
+    want = [truth(b, depth_topics=depth_topics) for b in bags(src)]
+    inv = open_reader(str(src), options={"fps": FPS}).discover()
+    left = sorted(f.message.split(" ")[0] for f in inv.findings if f.code == "RB105")
+    assert left == ["/camera/depth/color/points", "/sim/depth/image_raw", "/usb_cam/image_raw"], inv.findings
+    assert sorted(inv.declared["left_out"]) == left
+    specs = {t: inv.features[t] for t in depth_topics}
+    for spec in specs.values():
+        assert (spec.role, spec.dtype, tuple(spec.shape)) == ("depth", "uint16", (rosbag_gen.H, rosbag_gen.W, 1))
+    assert [r.length for r in inv.refs] == [w["length"] for w in want]
+    outcome = convert(src, tmp_path / "out", "rlds", fps=FPS)
+    episodes = load_rlds(Path(outcome.dataset_dir))
+    assert len(episodes) == len(want)
+    for ep, w in zip(episodes, want):
+        steps = ep["steps"]
+        np.testing.assert_array_equal(steps["action"], w["action"].astype(np.float32))
+        for topic, spec in specs.items():  # 16-bit PNG in RLDS: lossless
+            np.testing.assert_array_equal(steps[spec.name], w["depth"][topic])
+        for topic, name in CAMS.items():
+            assert min(psnr(a, b) for a, b in zip(steps[name], w["frames"][topic])) >= 30, topic
+
+
+def test_a_topic_the_first_bag_does_not_describe_is_said_left_out(tmp_path: Path) -> None:
+    """The features come from the first bag: a topic whose message definition it lacks (a custom type in a bag
+    that stores none for it) cannot be mapped, and is named in a finding (RB105) instead of vanishing."""
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "mcap", episodes=2, seconds=1.0)
+    rosbag_gen.rewrite(src, 0, msgdefs=rosbag_gen.without_definition("/arm/command"))
+    inv = open_reader(str(src), options={"fps": FPS}).discover()
+    (left,) = [f for f in inv.findings if f.code == "RB105"]
+    assert left.message.startswith("/arm/command (std_msgs/msg/Float64MultiArray: no message definition in "
+                                   "episode_0.mcap"), left.message
+    assert "/arm/command" not in {f.topic for f in open_reader(str(src), options={"fps": FPS}).feats.values()}
+    assert inv.episodes_count == 2 and all(r.length for r in inv.refs)
+
+
+def test_header_stamps_never_set_take_receive_times(tmp_path: Path) -> None:
+    """A publisher that never sets header.stamp (all 0, common in hand-written nodes) on /joint_states: its receive
+    times are used (RB106 says so) and the episodes convert with the values the as-of rule picks by them (they used
+    to hold no step: the window closed at t=0)."""
+    def unstamped(messages: list[Any]) -> list[Any]:
+        for _, topic, _, value in messages:
+            if topic == "/joint_states":
+                value["header"]["stamp"] = {"sec": 0, "nanosec": 0}
+        return messages
+
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "rosbag2_sqlite3", episodes=2)
+    for ep in (0, 1):
+        rosbag_gen.rewrite(src, ep, "rosbag2_sqlite3", messages=unstamped)
+    want = [truth(b, unset=("/joint_states",)) for b in bags(src)]
+    inv = open_reader(str(src), options={"fps": FPS}).discover()
+    assert [f.code for f in inv.findings if f.code in ("RB101", "RB106")] == ["RB106"], inv.findings
+    assert inv.declared["topics"]["/joint_states"]["stamps"] == "log (stamps unset)"
+    assert [r.length for r in inv.refs] == [w["length"] for w in want] and all(w["length"] > 10 for w in want)
+    episodes = load_rlds(Path(convert(src, tmp_path / "out", "rlds", fps=FPS).dataset_dir))
+    for ep, w in zip(episodes, want):
+        np.testing.assert_array_equal(ep["steps"]["observation/state"], w["state"].astype(np.float32))
+        np.testing.assert_array_equal(ep["steps"]["action"], w["action"].astype(np.float32))
+
+
+def test_joint_states_from_two_publishers_are_left_out_not_every_episode(tmp_path: Path) -> None:
+    """Two publishers on /joint_states (the arm's 7 joints, a gripper driver's 1): no fixed per-step width, so the
+    topic is left out with its reason (RB105) and the episodes convert with the other topics (every episode used to
+    be quarantined at load)."""
+    def with_gripper(messages: list[Any]) -> list[Any]:
+        extra = [(t + 5_000_000, "/joint_states", "sensor_msgs/msg/JointState", {
+            "header": {"stamp": {"sec": t // 10**9, "nanosec": t % 10**9}, "frame_id": ""},
+            "name": ["gripper"], "position": np.array([0.04]), "velocity": np.zeros(0), "effort": np.zeros(0)})
+            for t, topic, _, _ in messages if topic == "/arm/command"]
+        return sorted(messages + extra, key=lambda m: m[0])
+
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "mcap", episodes=2, seconds=1.0)
+    for ep in (0, 1):
+        rosbag_gen.rewrite(src, ep, messages=with_gripper)
+    inv = open_reader(str(src), options={"fps": FPS}).discover()
+    (left,) = [f for f in inv.findings if f.code == "RB105"]
+    assert left.message.startswith("/joint_states (sensor_msgs/msg/JointState: its messages in episode_0.mcap hold "
+                                   "1 to 7 values (position)"), left.message
+    assert not [k for k in inv.features if k.startswith("/joint_states")]
+    assert "RB101" not in {f.code for f in inv.findings} and all(r.length for r in inv.refs)
+    episodes = load_rlds(Path(convert(src, tmp_path / "out", "rlds", fps=FPS).dataset_dir))
+    assert len(episodes) == 2 and all(len(ep["steps"]["action"]) for ep in episodes)
 
 
 def test_clock_options(made: Callable[[str], Path]) -> None:

@@ -30,8 +30,11 @@ SOURCES: dict[str, tuple[Callable[[Path], Path], str, float]] = {
                          "lift/image_abs.hdf5.zarr.zip", 0.0),
     "umi": (lambda tmp: zarr_gen.write_umi(tmp / "cup" / "replay_buffer.zarr.zip", cameras=2),
             "cup/replay_buffer.zarr.zip", 59.94),
+    "dp-real-cache": (lambda tmp: zarr_gen.write_dp_real_cache(tmp / "real_pusht" / "4f3a.zarr.zip"),
+                      "real_pusht/4f3a.zarr.zip", 0.0),
 }
-EXACT = {"pusht": True, "dp-robomimic-zip": False, "umi": False}  # the stored frames decode to what was written
+# the stored frames decode to what was written
+EXACT = {"pusht": True, "dp-robomimic-zip": False, "umi": False, "dp-real-cache": False}
 
 
 @dataclass
@@ -75,6 +78,7 @@ def _target_name(key: str) -> str:
 
 def _camera_name(key: str) -> str:
     """The RLDS camera feature of an image key (observation/image_<own words>)."""
+    key = key.removeprefix("camera_") if key[7:].isdigit() else key  # DP real: camera_0 -> image_0
     words = [w for w in key.replace("_image", "").replace("_rgb", "").split("_") if w]
     return "observation/image" + ("_" + "_".join(words) if key != "img" else "")
 
@@ -136,7 +140,8 @@ def test_buffers_to_lerobot_and_ortf(name: str, target: str, made: Callable[[str
     for ref, t in zip(inv.refs, truth):
         ep = reader.load_episode(ref)
         if "action" in t.arrays:
-            np.testing.assert_array_equal(ep.columns["action"].reshape(t.length, -1), t.arrays["action"])
+            np.testing.assert_array_equal(ep.columns["action"].reshape(t.length, -1),
+                                          t.arrays["action"].astype(np.float32))  # float64 (DP real) narrowed
         for cam, frames in zip(cams, t.frames.values()):  # both list cameras in key order
             got = source_frames(reader, ep, cam, list(range(t.length)))
             worst = min(psnr(a, b) for a, b in zip(got, frames))
@@ -271,6 +276,21 @@ def test_detection_takes_only_replay_buffers(made: Callable[[str], Path], tmp_pa
     with pytest.raises(SourceFormatError, match="holds 2 zarr stores"):
         detect_format(str(two))
     assert detect_format(str(two / "b.zarr")) == "zarr"
+
+
+def test_dp_real_recording_says_its_videos_are_not_read(tmp_path: Path) -> None:
+    """A Diffusion Policy real-robot recording folder (replay_buffer.zarr + videos/<ep>/<cam>.mp4): the buffer's
+    arrays convert, and one warning (ZR104) says the camera videos beside it are not read (they used to be dropped
+    without a word)."""
+    src = zarr_gen.write_dp_real_recording(tmp_path / "real_pusht_20230105")
+    for url in (src, src / "replay_buffer.zarr"):
+        inv = open_reader(str(url)).discover()
+        assert [r.length for r in inv.refs] == [6, 4]
+        assert sorted(inv.features) == sorted([*zarr_gen.DP_REAL_LOW_DIM, "stage", "timestamp"])
+        (videos,) = [f for f in inv.findings if f.code == "ZR104"]
+        assert "videos/ beside replay_buffer.zarr holds 2 folder(s)" in videos.message
+    plain = open_reader(str(zarr_gen.write_pusht(tmp_path / "p" / "pusht.zarr", (3,)))).discover()
+    assert "ZR104" not in {f.code for f in plain.findings}
 
 
 def test_findings_name_the_episodes(tmp_path: Path) -> None:

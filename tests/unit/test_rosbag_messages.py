@@ -11,11 +11,12 @@ import simplejpeg
 from PIL import Image
 from rosbags.typesys import Stores, get_typestore
 
-from robo_ray.errors import DataCorrupt
+from robo_ray.errors import DataCorrupt, DataMissing
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import header_stamp
-from robo_ray.formats.rosbag.messages import describe, encoded_image, image_array, tensor_values
-from tests.fixtures.rosbag_gen import build
+from robo_ray.formats.rosbag.messages import (NotRead, depth_png_array, describe, encoded_image, extractor,
+                                              image_array, tensor_values)
+from tests.fixtures.rosbag_gen import build, compressed_depth
 
 TS2 = get_typestore(Stores.ROS2_HUMBLE)
 TS1 = get_typestore(Stores.ROS1_NOETIC)
@@ -70,9 +71,39 @@ def test_compressed_images_pass_as_their_bytes() -> None:
                                                              "data": np.frombuffer(data, np.uint8)})
         assert encoded_image(msg, "bag x") == data
         assert describe("sensor_msgs/msg/CompressedImage", msg, "bag x")[0].shape == shape
-    depth = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; compressedDepth png",
-                                                           "data": np.frombuffer(png.getvalue(), np.uint8)})
-    assert describe("sensor_msgs/msg/CompressedImage", depth, "bag x") == []
+
+
+def test_compressed_depth_is_read_other_depth_formats_are_not() -> None:
+    """compressed_depth_image_transport's 16UC1 PNG (after its 12-byte config header) and image_transport's 16-bit
+    PNG -> uint16 depth, exactly;
+    32FC1 / RVL compressedDepth and undecoded Image encodings raise NotRead (the topic is left out), a damaged
+    compressedDepth message is the episode's DataCorrupt."""
+    depth = (np.arange(20, dtype=np.uint16).reshape(4, 5) * 3001)
+    msg = build(TS2, "sensor_msgs/msg/CompressedImage", {
+        "format": "16UC1; compressedDepth png", "data": np.frombuffer(compressed_depth(depth), np.uint8)})
+    (value,) = describe("sensor_msgs/msg/CompressedImage", msg, "bag x")
+    assert (value.kind, value.shape, value.dtype) == ("image", (4, 5, 1), "uint16")
+    got = extractor("sensor_msgs/msg/CompressedImage", value, "bag x")(msg)
+    assert got.dtype == np.uint16
+    np.testing.assert_array_equal(got[..., 0], depth)
+    for fmt in ("32FC1; compressedDepth", "16UC1; compressedDepth rvl"):
+        other = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": fmt, "data": msg.data})
+        with pytest.raises(NotRead, match="compressedDepth"):
+            describe("sensor_msgs/msg/CompressedImage", other, "bag x")
+    for enc in ("32FC1", "yuv422_yuy2"):
+        with pytest.raises(NotRead, match=enc):
+            describe("sensor_msgs/msg/Image", _image(RGB, enc), "bag x")
+    png16 = io.BytesIO()  # image_transport's "png compressed" of a 16UC1 image: depth too, not an 8-bit camera
+    Image.fromarray(depth).save(png16, format="PNG")
+    plain = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; png compressed ",
+                                                           "data": np.frombuffer(png16.getvalue(), np.uint8)})
+    (value,) = describe("sensor_msgs/msg/CompressedImage", plain, "bag x")
+    assert (value.kind, value.shape, value.dtype) == ("image", (4, 5, 1), "uint16")
+    np.testing.assert_array_equal(extractor("sensor_msgs/msg/CompressedImage", value, "bag x")(plain)[..., 0], depth)
+    broken = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; compressedDepth png",
+                                                            "data": np.frombuffer(b"\0" * 40, np.uint8)})
+    with pytest.raises(DataCorrupt, match="holds no PNG"):
+        depth_png_array(broken, "bag x")
 
 
 def test_numbers_of_any_message() -> None:
@@ -114,3 +145,39 @@ def test_clock_rule_counts() -> None:
     assert wide.held == 0 and wide.filled == 5
     assert clock.first_decrease(np.array([1, 2, 2, 1, 3])) == 3 and clock.window({"a": times, "b": times[3:]}) \
         == (times[3], times[-1])
+
+
+def test_topics_on_clocks_hours_apart_say_how_to_convert_them() -> None:
+    """Simulation-time header stamps beside wall-clock receive times share no window: the episode's error says
+    to use receive times throughout; topics that merely do not overlap get no such hint."""
+    from robo_ray.formats.rosbag.steps import ClockRule, plan_steps
+
+    rule = ClockRule(10.0, None, None, "quarantine")
+    sim = np.arange(0, 2_000_000_000, 20_000_000, dtype=np.int64)  # header stamps from t=0 (sim time)
+    wall = 1_700_000_000 * 10**9 + np.arange(0, 2_000_000_000, 50_000_000, dtype=np.int64)  # receive times
+    plan = plan_steps({"/joint_states": sim, "/arm/command": wall}, rule, "bag x")
+    assert isinstance(plan.error, DataMissing) and "stamps=log" in str(plan.error)
+    apart = plan_steps({"/joint_states": sim, "/arm/command": sim + 3_000_000_000}, rule, "bag x")
+    assert isinstance(apart.error, DataMissing) and "stamps=log" not in str(apart.error)
+
+
+def test_point_clouds_and_oversized_messages_are_not_step_features() -> None:
+    """A PointCloud2 and a message of more than MAX_TOPIC_VALUES numbers raise NotRead (left out, with the reason);
+    `widths` counts each message's numbers (per JointState part) so a varying topic can be found."""
+    from robo_ray.formats.rosbag.messages import MAX_TOPIC_VALUES, widths
+
+    cloud = build(TS2, "sensor_msgs/msg/PointCloud2", {"height": 1, "width": 3, "point_step": 4, "row_step": 12,
+                                                       "data": np.zeros(12, np.uint8)})
+    with pytest.raises(NotRead, match="point clouds"):
+        describe("sensor_msgs/msg/PointCloud2", cloud, "bag x")
+    big = build(TS2, "std_msgs/msg/Float32MultiArray", {"data": np.zeros(MAX_TOPIC_VALUES + 1, np.float32)})
+    with pytest.raises(NotRead, match="not a per-step feature"):
+        describe("std_msgs/msg/Float32MultiArray", big, "bag x")
+    joints = build(TS2, "sensor_msgs/msg/JointState", {"name": ["a", "b"], "position": np.ones(2),
+                                                       "velocity": np.zeros(0), "effort": np.ones(2)})
+    count = widths("sensor_msgs/msg/JointState")
+    assert count is not None and count(joints) == (2, 0, 2)
+    small = build(TS2, "std_msgs/msg/Float32MultiArray", {"data": np.zeros(5, np.float32)})
+    count = widths("std_msgs/msg/Float32MultiArray")
+    assert count is not None and count(small) == (5,)
+    assert widths("sensor_msgs/msg/Image") is None and widths("sensor_msgs/msg/PointCloud2") is None

@@ -9,6 +9,9 @@ robomimic (scripts/dataset_states_to_obs.py), MimicGen and Isaac Lab write one f
     mask/<name>             the demos of a filter key: a 1-D array of byte strings (dtype S) ("train", "valid",
                             and any other filter key, e.g. "20_percent")
 
+RoboCasa (and robomimic's language-conditioned datasets) give each demo an `ep_meta` attribute (JSON) whose
+"lang" is that demo's instruction.
+
 LIBERO (scripts/create_dataset.py) adds `problem_info` (JSON with `language_instruction`), `env_name`,
 `bddl_file_name`, `macros_image_convention` ("opengl": robosuite rendered the frames bottom-up) to data/'s attrs,
 and `robot_states` to each demo; its images are `obs/agentview_rgb`, `obs/eye_in_hand_rgb` (T, 128, 128, 3) uint8.
@@ -36,7 +39,10 @@ DEMO = re.compile(r"^demo_(\d{1,12})$")
 SPLIT_MASKS = {"train": "train", "valid": "val", "val": "val", "test": "test"}
 NEXT_OBS_NOTE = "the observation after each step (the next step's obs/...); left out"
 NOT_PER_STEP_NOTE = "not one row per step (e.g. Isaac Lab's initial_state); left out"
-MAX_ATTR_CHARS = 4 << 20  # env_args, problem_info, bddl_file_content: text attributes read whole
+MAX_ATTR_CHARS = 4 << 20  # env_args, problem_info, bddl_file_content, ep_meta: text attributes read whole
+INITIAL = "initial_state/"  # Isaac Lab: the scene's state at reset, one row
+CHECKED_DEMOS = 3  # demos whose row counts decide which datasets are per step
+LIBERO_RATE = 20.0  # LIBERO's create_dataset.py replays at control_freq=20 (used when env_args does not say)
 
 
 def demo_number(name: str) -> int | None:
@@ -92,6 +98,17 @@ def language(problem_info: Any) -> str:
     if isinstance(text, list):  # some LIBERO variants store the words as a list
         text = " ".join(str(t) for t in text)
     return " ".join(text.split()) if isinstance(text, str) else ""
+
+
+def demo_language(attrs: Any, where: str) -> tuple[str, str | None]:
+    """A demo's own task text: its `ep_meta` attribute's "lang" (RoboCasa and robomimic's language-conditioned
+    datasets write `ep_meta` JSON per demo), and why it could not be read (None when it could, or is absent)."""
+    try:
+        meta = json_attr(attrs, "ep_meta", where)
+    except (SourceFormatError, UnsafeInput) as exc:
+        return "", str(exc)
+    text = meta.get("lang") if isinstance(meta, dict) else None
+    return (" ".join(text.split()), None) if isinstance(text, str) else ("", None)
 
 
 def opengl_frames(attrs: Any) -> bool:
@@ -157,9 +174,20 @@ def _declare(feat: FeatureSpec) -> FeatureSpec:
     return replace(feat, role="other", name=canonical_path("", key))
 
 
+def not_per_step(group: Any, keys: list[str], where: str) -> list[str]:
+    """Of `keys`, those that do not hold one row per step in this demo (checked on a few demos besides the first:
+    a first demo of 1 or 2 steps makes Isaac Lab's initial_state or MimicGen's src_demo_inds look per-step)."""
+    actions = group.get("actions")
+    if actions is None or not hasattr(actions, "shape") or not actions.shape:
+        return []
+    steps = int(actions.shape[0])
+    rows = {key: ds.shape[0] if ds.shape else None for key, ds in leaves(group, "", where)}
+    return [k for k in keys if k in rows and rows[k] != steps]
+
+
 def demo_features(group: Any, where: str) -> tuple[dict[str, FeatureSpec], list[str]]:
     """The features of one demo group (the file's first), and the datasets left out for not having one row per
-    step. Non-numeric datasets are left out too."""
+    step. Non-numeric datasets are left out too, and Isaac Lab's `initial_state/*` (one row, whatever T is)."""
     actions = group.get("actions")
     if actions is None or not hasattr(actions, "shape") or len(actions.shape or ()) < 1:
         raise SourceFormatError(f"{where}: {group.name} has no actions dataset")
@@ -167,7 +195,7 @@ def demo_features(group: Any, where: str) -> tuple[dict[str, FeatureSpec], list[
     feats: dict[str, FeatureSpec] = {}
     skipped: list[str] = []
     for key, ds in leaves(group, "", where):
-        if ds.dtype.kind not in "biuf" or not ds.shape or int(ds.shape[0]) != steps:
+        if ds.dtype.kind not in "biuf" or not ds.shape or int(ds.shape[0]) != steps or key.startswith(INITIAL):
             skipped.append(key)
             continue
         if key.startswith("next_obs/"):

@@ -5,7 +5,8 @@ Each demo is one episode of T steps (T = its `actions` rows): `obs/*` per step, 
 the `done` feature (robomimic's done_mode decides what it means, so it is kept as data, not a terminal flag).
 Episodes are numbered over the files in name order, demos in number order. Splits come from the file's masks:
 `mask/train`, `mask/valid` (-> val), `mask/test`; the other masks (filter keys) are listed in each episode's
-`filter_keys` metadata. The language is LIBERO's `problem_info` language_instruction. The frame rate is
+`filter_keys` metadata. The language is a demo's `ep_meta` "lang" (RoboCasa), else the file's LIBERO
+`problem_info` language_instruction. The frame rate is
 env_args' `control_freq` (robosuite's control rate) when the file records it, else --fps.
 
 The files are untrusted: a soft / external link inside a demo quarantines that demo (EP207), one elsewhere refuses
@@ -19,9 +20,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RawFrames
-from robo_ray.errors import DataCorrupt, DataMissing, EpisodeDataOutside, SourceFormatError, UnsafeInput
+from robo_ray.errors import (DataCorrupt, DataMissing, EpisodeDataOutside, RoboRayError, SourceFormatError,
+                             UnsafeInput)
 from robo_ray.formats.hdf5 import (Hdf5FilesReader, LazyFrames, attr_text, check_dataset, foreign_links, jsonable,
-                                   read_steps)
+                                   leaves, read_steps)
 from robo_ray.formats.robomimic import layout
 from robo_ray.readers.base import Finding, Inventory, MetaType
 from robo_ray.safety import MAX_EPISODE_LENGTH, MAX_EPISODES, check_count
@@ -52,10 +54,45 @@ class RobomimicReader(Hdf5FilesReader):
         demos = self._demos(first)
         if not demos:
             raise SourceFormatError(f"{first}: data/ holds no demo_<N> groups")
-        self.features, self.skipped = layout.demo_features(self._h5(first)["data"][demos[0][1]], first)
-        rate = layout.control_freq(self._info(first)["env_args"])
+        data = self._h5(first)["data"]
+        self.features, self.skipped = layout.demo_features(data[demos[0][1]], first)
+        for _, name in demos[1:layout.CHECKED_DEMOS]:
+            if name in self._info(first)["outside"]:
+                continue  # quarantined when loaded (EP207)
+            try:
+                odd = layout.not_per_step(data[name], list(self.features), first)
+            except RoboRayError:
+                continue  # a demo that cannot be looked into is that demo's error, when loaded
+            self.features = {k: f for k, f in self.features.items() if k not in odd}
+            self.skipped += odd
+        self.varying = self._shapes_across_files()
+        info = self._info(first)
+        rate = layout.control_freq(info["env_args"])
         if rate:
             self.set_fps(rate, f"{first} data attrs env_args.env_kwargs.control_freq")
+        elif info["libero"]:
+            self.set_fps(layout.LIBERO_RATE, "LIBERO's create_dataset.py control_freq (20 Hz)", held=False)
+
+    def _shapes_across_files(self) -> dict[str, str]:
+        """Features whose per-step shape differs in another file's first demo (a LIBERO suite's `states`: each scene
+        has its own MuJoCo state size) are left out (key -> why) rather than quarantining those files' episodes. A
+        file that cannot be opened is its episodes' error, when discovered."""
+        varying: dict[str, str] = {}
+        for rel in self.files[1:]:
+            try:
+                demos = self._demos(rel)
+                group = self._h5(rel)["data"][demos[0][1]] if demos else None
+                shapes = {k: tuple(ds.shape[1:]) for k, ds in leaves(group, "", rel)} if group is not None else {}
+            except RoboRayError:
+                continue
+            for key, spec in list(self.features.items()):
+                shape = shapes.get(key)
+                if shape is not None and shape != tuple(spec.declared_shape or spec.shape):
+                    varying[key] = (f"{key}: {list(spec.declared_shape or spec.shape)} a step in {self.files[0]}, "
+                                    f"{list(shape)} in {rel}")
+                    del self.features[key]
+        self.skipped += list(varying)
+        return varying
 
     def _checked(self, rel: str, h5: Any) -> None:
         """Read what the file says about all its demos once (links outside demos refuse the file, RR301)."""
@@ -85,6 +122,7 @@ class RobomimicReader(Hdf5FilesReader):
                 "problem_info": layout.json_attr(attrs, "problem_info", rel),
                 "env_name": attr_text(attrs, "env_name", 4096) or attr_text(attrs, "env", 4096),
                 "total": jsonable(attrs.get("total")), "opengl": layout.opengl_frames(attrs),
+                "libero": "problem_info" in attrs and "bddl_file_name" in attrs,
                 "masks": masks, "outside": outside}
 
     def _demos(self, rel: str) -> list[tuple[int, str]]:
@@ -124,8 +162,6 @@ class RobomimicReader(Hdf5FilesReader):
             split_of, mask_findings = info["split_of"], info["mask_findings"]
             findings += mask_findings
             lang = layout.language(info["problem_info"])
-            if lang and lang not in tasks:
-                tasks.append(lang)
             demos = self._demos(rel)
             names = {name for _, name in demos}
             unknown = sorted({d for ds in info["masks"].values() for d in ds} - names)
@@ -136,13 +172,18 @@ class RobomimicReader(Hdf5FilesReader):
             for _, name in demos:
                 length = self._demo_length(rel, f["data"], name, info, findings)
                 steps += length
-                refs.append(EpisodeRef(len(refs), length, rel, tasks=(lang,) if lang else (), source_id=name,
+                text = self._demo_text(rel, f["data"], name, findings) or lang
+                if text and text not in tasks:
+                    tasks.append(text)
+                refs.append(EpisodeRef(len(refs), length, rel, tasks=(text,) if text else (), source_id=name,
                                        split=split_of.get(name)))
             total = info["total"]
             if isinstance(total, int) and total != steps:
                 findings.append(Finding("warning", "RM103", f"{rel}: data attrs total={total} but the demos hold "
                                         f"{steps} steps", total, steps))
         check_count("number of episodes", len(refs), MAX_EPISODES)
+        findings += [Finding("warning", "RM109", f"{why}: not one shape across the files; left out")
+                     for why in self.varying.values()]
         first = self._info(self.files[0])
         declared = {"files": self.files[:100], "env_name": first["env_name"], "env_args": first["env_args"],
                     "problem_info": first["problem_info"] if len(self.files) == 1 else None,
@@ -158,6 +199,18 @@ class RobomimicReader(Hdf5FilesReader):
                         language_source="task" if tasks else "", step_storage="hdf5")
         inv.findings = findings + self.fps_findings()
         return inv
+
+    @staticmethod
+    def _demo_text(rel: str, data: Any, name: str, findings: list[Finding]) -> str:
+        """The demo's own instruction (`ep_meta` "lang"), "" when it has none; an unreadable ep_meta is a warning."""
+        import h5py
+
+        if not isinstance(data.get(name, getlink=True), h5py.HardLink):
+            return ""
+        text, why = layout.demo_language(data[name].attrs, f"{rel}: {name}")
+        if why:
+            findings.append(Finding("warning", "RM108", f"{why}; the demo has no instruction of its own"))
+        return text
 
     def _demo_length(self, rel: str, data: Any, name: str, info: dict[str, Any], findings: list[Finding]) -> int:
         """T of one demo: its actions' rows (0 when the demo cannot be looked into: it is quarantined when loaded,

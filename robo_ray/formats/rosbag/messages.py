@@ -1,7 +1,11 @@
 """ROS message types -> what they hold for a dataset: the value a topic gives per step (numbers, an image, text),
 its per-step shape, and the role a type suggests. Decoding follows the encodings ROS uses: sensor_msgs/Image
 `rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, `16UC1` / `mono16` (depth, uint16); CompressedImage JPEG or PNG
-bytes (passed on undecoded; `compressedDepth` is not read)."""
+bytes (passed on undecoded); 16-bit PNGs (compressed_depth_image_transport's `16UC1; compressedDepth png`: a
+12-byte config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A topic
+whose first message robo-ray does not read (another encoding such as 32FC1 or yuv422, a 32FC1 / RVL
+compressedDepth, a point cloud, more than MAX_TOPIC_VALUES numbers) raises `NotRead`: the topic is left out, with
+its reason, and the other topics convert."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,6 +23,12 @@ IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
 STRING = "std_msgs/msg/String"
 SKIPPED_TYPES = {"std_msgs/msg/Header", "std_msgs/msg/MultiArrayLayout"}
+POINT_CLOUDS = {"sensor_msgs/msg/PointCloud2", "sensor_msgs/msg/PointCloud"}
+MAX_TOPIC_VALUES = 1 << 14  # numbers one message may give a step (a LaserScan's ranges fit; a point cloud does not)
+JOINT_PARTS = ("position", "velocity", "effort")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")  # PIL's modes of a 16-bit grey PNG
+DEPTH_HEADER_MAX = 64  # compressedDepth: the PNG follows a small config header (12 bytes in ROS 1 and ROS 2)
 # encoding -> (channels, dtype, channel order reversed, alpha dropped)
 ENCODINGS: dict[str, tuple[int, str, bool, bool]] = {
     "rgb8": (3, "uint8", False, False), "bgr8": (3, "uint8", True, False),
@@ -26,6 +36,11 @@ ENCODINGS: dict[str, tuple[int, str, bool, bool]] = {
     "mono8": (1, "uint8", False, False), "8UC1": (1, "uint8", False, False),
     "mono16": (1, "uint16", False, False), "16UC1": (1, "uint16", False, False),
 }
+
+
+class NotRead(Exception):
+    """A topic whose messages robo-ray does not read (an image encoding it does not decode): left out of the
+    mapping with this reason (a finding), never the whole dataset's error."""
 
 
 @dataclass(frozen=True)
@@ -106,49 +121,114 @@ def encoded_image(msg: Any, where: str) -> bytes:
     return data
 
 
-def encoded_shape(data: bytes, where: str) -> tuple[int, int, int]:
-    """(H, W, C) of JPEG / PNG bytes from their header: C 1 for grey, else 3."""
+def encoded_header(data: bytes, where: str) -> tuple[int, int, str]:
+    """(H, W, PIL mode) of JPEG / PNG bytes, from their header (nothing decoded)."""
     from PIL import Image
 
     try:
         with Image.open(io.BytesIO(data)) as im:
-            w, h, mode = im.width, im.height, im.mode
+            return im.height, im.width, im.mode
     except Exception as exc:  # noqa: BLE001 - PIL raises many kinds on bad data
         raise DataCorrupt(f"{where}: compressed image unreadable ({exc})") from exc
+
+
+def encoded_shape(data: bytes, where: str) -> tuple[int, int, int]:
+    """(H, W, C) of JPEG / PNG bytes from their header: C 1 for grey, else 3."""
+    h, w, mode = encoded_header(data, where)
     return h, w, 1 if mode in ("L", "1") else 3
+
+
+def is_compressed_depth(msg: Any) -> bool:
+    return "compresseddepth" in str(msg.format).lower()
+
+
+def depth_png_array(msg: Any, where: str) -> np.ndarray:
+    """A CompressedImage holding a 16-bit grey PNG as HxWx1 uint16: `16UC1; compressedDepth png` (the PNG after
+    compressed_depth_image_transport's config header) or `16UC1; png compressed` (image_transport's PNG of a
+    16UC1 / mono16 image); the size is checked before the PNG is decoded."""
+    from PIL import Image
+
+    data = bytes(msg.data)
+    at = data.find(PNG_MAGIC, 0, DEPTH_HEADER_MAX)
+    if at < 0:
+        raise DataCorrupt(f"{where}: depth image ({msg.format!r:.60}) holds no PNG")
+    try:
+        with Image.open(io.BytesIO(data[at:])) as im:
+            w, h = im.size
+            if not (0 < h <= MAX_DIM and 0 < w <= MAX_DIM) or h * w > MAX_ELEMENTS_PER_STEP:
+                raise DataCorrupt(f"{where}: depth image of {w}x{h} is beyond the limits")
+            arr = np.asarray(im)
+    except DataCorrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - PIL raises many kinds on bad data
+        raise DataCorrupt(f"{where}: depth PNG unreadable ({exc})") from exc
+    if arr.shape != (h, w) or arr.dtype.kind not in "iu" or arr.min(initial=0) < 0 or arr.max(initial=0) > 65535:
+        raise DataCorrupt(f"{where}: depth PNG is {arr.dtype} {arr.shape}, not 16-bit grey")
+    return arr.astype(np.uint16)[..., None]
+
+
+def _depth_format(msg: Any, where: str) -> TopicValue:
+    """The feature of a compressedDepth topic: 16-bit PNG depth is read; 32FC1 (quantised inverse depth) and RVL
+    are NotRead."""
+    fmt = str(msg.format)
+    encoding = fmt.split(";", 1)[0].strip()
+    if encoding not in ("16UC1", "mono16") or "rvl" in fmt.lower():
+        raise NotRead(f"compressedDepth format {fmt!r:.60} is not read (only 16UC1 PNG)")
+    arr = depth_png_array(msg, where)
+    return TopicValue("image", tuple(arr.shape), "uint16")
 
 
 def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
     """The features one topic gives, from its first message ([] when none: text outside a task topic is handled
-    by the reader, messages without numbers give nothing)."""
+    by the reader, messages without numbers give nothing); NotRead for images robo-ray cannot decode."""
     if msgtype == IMAGE:
+        if msg.encoding not in ENCODINGS:
+            raise NotRead(f"image encoding {msg.encoding!r:.40} is not read (one of {', '.join(ENCODINGS)})")
         arr = image_array(msg, where)
         return [TopicValue("image", tuple(arr.shape), str(arr.dtype))]
     if msgtype == COMPRESSED:
-        if "compressedDepth" in msg.format:
-            return []
-        return [TopicValue("encoded", encoded_shape(encoded_image(msg, where), where), "uint8")]
+        if is_compressed_depth(msg):
+            return [_depth_format(msg, where)]
+        h, w, mode = encoded_header(encoded_image(msg, where), where)
+        if mode in SIXTEEN_BIT_MODES:  # image_transport's PNG of a 16UC1 / mono16 image: depth, decoded here
+            arr = depth_png_array(msg, where)
+            return [TopicValue("image", tuple(arr.shape), "uint16")]
+        return [TopicValue("encoded", (h, w, 1 if mode in ("L", "1") else 3), "uint8")]
     if msgtype == STRING:
         return [TopicValue("string", (), "string")]
+    if msgtype in POINT_CLOUDS:
+        raise NotRead("point clouds are not read")
     if msgtype == JOINT_STATE:
         out = []
         names = tuple(str(n) for n in msg.name)
-        for part in ("position", "velocity", "effort"):
+        for part in JOINT_PARTS:
             n = len(getattr(msg, part))
             if n:
                 out.append(TopicValue("tensor", (n,), "float64", part, names if len(names) == n else None))
         return out
     n = len(tensor_values(msg, msgtype))
-    if not n or n > MAX_ELEMENTS_PER_STEP:
-        return []
-    return [TopicValue("tensor", (n,), "float64", names=leaf_names(msg))]
+    if n > MAX_TOPIC_VALUES:
+        raise NotRead(f"{n} numbers a message, over {MAX_TOPIC_VALUES} (not a per-step feature)")
+    return [TopicValue("tensor", (n,), "float64", names=leaf_names(msg))] if n else []
+
+
+def widths(msgtype: str) -> Callable[[Any], tuple[int, ...]] | None:
+    """How many numbers each message of a numeric topic gives (per JointState part), to find topics whose width
+    varies (a variable-length array, several publishers on one topic); None for types read otherwise."""
+    if msgtype in (IMAGE, COMPRESSED, STRING) or msgtype in POINT_CLOUDS:
+        return None
+    if msgtype == JOINT_STATE:
+        return lambda msg: tuple(len(getattr(msg, part)) for part in JOINT_PARTS)
+    return lambda msg: (len(tensor_values(msg, msgtype)),)
 
 
 def extractor(msgtype: str, value: TopicValue, where: str) -> Callable[[Any], Any]:
     """A function of a deserialised message -> the feature's value for one step, checked against its shape."""
     if value.kind == "image":
+        decode = depth_png_array if msgtype == COMPRESSED else image_array
+
         def image(msg: Any) -> np.ndarray:
-            arr = image_array(msg, where)
+            arr = decode(msg, where)
             if arr.shape != value.shape or str(arr.dtype) != value.dtype:
                 raise DataCorrupt(f"{where}: an image is {arr.shape} {arr.dtype}, the topic's first was "
                                   f"{value.shape} {value.dtype}")

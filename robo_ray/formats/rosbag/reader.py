@@ -22,9 +22,9 @@ from robo_ray.errors import ConfigError, DataCorrupt, DataMissing, EpisodeError,
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
 from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
-from robo_ray.formats.rosbag.messages import extractor
+from robo_ray.formats.rosbag.messages import JOINT_PARTS, extractor, widths
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
-from robo_ray.formats.rosbag.topics import Feature, declare
+from robo_ray.formats.rosbag.topics import SKIPPED_TOPICS, Feature, declare
 from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, ScanTask, check_fps
 from robo_ray.safety import MAX_EPISODES, check_count
 from robo_ray.storage import is_local
@@ -90,7 +90,7 @@ class RosbagReader(BaseReader):
         if not paths:
             raise SourceFormatError(f"{self.url}: no ROS bags (*.mcap, *.bag, rosbag2 folders)")
         self.bags = [posixpath.relpath(p, self.root) for p in paths]
-        self.feats, self.language, first_times = self._features()
+        self.feats, self.language, first_times, self.left_out = self._features()
         self.features = {k: f.spec for k, f in self.feats.items()}
         data = self.data_topics()
         if clock is not None and clock not in data:
@@ -116,24 +116,32 @@ class RosbagReader(BaseReader):
     def _bag(self, rel: str, where: str) -> Bag:
         return Bag(self.fs, posixpath.join(self.root, rel), where)
 
-    def _features(self) -> tuple[dict[str, Feature], str | None, dict[str, np.ndarray]]:
+    def _features(self) -> tuple[dict[str, Feature], str | None, dict[str, np.ndarray], dict[str, str]]:
+        """The features of the first bag that opens, the language topic, each topic's times in that bag, and the
+        topics left out (topic -> why)."""
         first: EpisodeError | None = None
         for i, rel in enumerate(self.bags[:3]):
             where = self._where(i, rel)
             try:
                 with self._bag(rel, where) as bag:
-                    topics = [t for t in bag.connections if (self.only is None or t in self.only)
-                              and bag.defined(t)]
-                    got = read_topics(bag, topics, self.stamps, {}, first_of=set(topics))
+                    wanted = [t for t in bag.connections if self.only is None or t in self.only]
+                    topics = [t for t in wanted if bag.defined(t)]
+                    undefined = {t: f"{bag.msgtype(t)}: no message definition in {rel} (a type the bag does not "
+                                 "describe)" for t in wanted if t not in topics and t not in SKIPPED_TOPICS}
+                    counters = {t: fn for t in topics if (fn := widths(bag.msgtype(t))) is not None}
+                    got = read_topics(bag, topics, self.stamps, counters, first_of=set(topics))
             except EpisodeError as exc:
                 first = first or exc
                 continue
             firsts = {t: (bag.msgtype(t), d.first) for t, d in got.items() if d.first is not None}
-            feats, language = declare(firsts, where)
+            feats, language, left_out = declare(firsts, where)
+            feats, varying = _steady(feats, {t: got[t].values for t in counters}, rel)
+            left_out.update(varying)
             if not feats:
+                why = "".join(f"; {t}: {r}" for t, r in sorted(left_out.items())[:5])
                 raise SourceFormatError(f"{where}: no topic with data robo-ray reads (JointState, images, numeric "
-                                        f"messages); topics: {', '.join(sorted(bag.connections))}")
-            return feats, language, {t: d.arrays()[1] for t, d in got.items()}
+                                        f"messages); topics: {', '.join(sorted(bag.connections))}{why}")
+            return feats, language, {t: d.arrays()[1] for t, d in got.items()}, {**undefined, **left_out}
         assert first is not None
         raise SourceFormatError(f"{first} (the first bags cannot be read)")
 
@@ -166,7 +174,8 @@ class RosbagReader(BaseReader):
                     scan.topics[topic] = {"type": bag.msgtype(topic), "count": len(t), "rate_hz": _rate(period),
                                           "gaps": len(clock.gaps(t, period)),
                                           "max_interval_s": float(diffs.max()) / 1e9 if len(diffs) else 0.0,
-                                          "stamps": "header" if d.stamped else "log"}
+                                          "stamps": "header" if d.stamped else "log (stamps unset)" if d.unset
+                                          else "log"}
                 if self.language in got:
                     scan.texts = list(dict.fromkeys(got[self.language].values))
         except EpisodeError as exc:
@@ -204,7 +213,9 @@ class RosbagReader(BaseReader):
         scans = list(rows)
         if [s.rel for s in scans] != self.bags:
             raise ValueError(f"merge_scans: {len(scans)} scanned bags for {len(self.bags)} tasks")
-        refs, findings, tasks = [], [], []
+        refs, tasks = [], []
+        findings = [Finding("warning", "RB105", f"{topic} ({why}): left out; the other topics convert")
+                    for topic, why in sorted(self.left_out.items())]
         topics: dict[str, dict[str, Any]] = {}
         for i, s in enumerate(scans):
             where = self._where(i, s.rel)
@@ -228,6 +239,9 @@ class RosbagReader(BaseReader):
             refs.append(EpisodeRef(i, s.length, s.rel, tasks=(lang,) if lang else (),
                                    source_id=posixpath.basename(s.rel.rstrip("/"))))
         for topic, agg in topics.items():
+            if agg["stamps"] == "log (stamps unset)" and (topic in self.data_topics() or topic == self.language):
+                findings.append(Finding("warning", "RB106", f"{topic} ({agg['type']}): every header stamp is 0 (its "
+                                        "publisher never set it): receive times are used for it"))
             rates = agg.pop("rates_hz")
             agg["rate_hz"] = float(np.median(rates)) if rates else 0.0
             agg["mapped"] = topic in self.data_topics() or topic == self.language
@@ -237,7 +251,8 @@ class RosbagReader(BaseReader):
                                         0, agg["gaps"]))
         name = posixpath.splitext(self.bags[0])[0] if self._single else posixpath.basename(self.root)
         declared = {"bags": self.bags[:100], "topics": topics, "clock": self.rule.describe(),
-                    "stamps": self.stamps, "language_topic": self.language, "fps_source": self.fps_source}
+                    "stamps": self.stamps, "language_topic": self.language, "fps_source": self.fps_source,
+                    "left_out": dict(sorted(self.left_out.items())[:50])}
         inv = Inventory(dataset_name=name or "rosbag", dataset_root=self.url, source_format="rosbag",
                         source_version=",".join(sorted({s.kind for s in scans})), episodes_count=len(refs),
                         total_steps=sum(r.length for r in refs), features=self.features, refs=refs, fps=self.fps,
@@ -298,6 +313,21 @@ class RosbagReader(BaseReader):
             return [""] * n
         idx = np.clip(np.searchsorted(data.arrays()[1], plan.ticks, side="right") - 1, 0, None)
         return [data.values[j] for j in idx]
+
+
+def _steady(feats: dict[str, Feature], counts: dict[str, list[tuple[int, ...]]], rel: str
+            ) -> tuple[dict[str, Feature], dict[str, str]]:
+    """The features without the topics whose messages in the first bag give a varying number of values (a
+    variable-length array; several publishers with different joints on one JointState topic): no fixed per-step
+    shape, so such a topic is left out (topic -> why) instead of quarantining every episode."""
+    varying: dict[str, str] = {}
+    for f in feats.values():
+        k = JOINT_PARTS.index(f.value.part) if f.value.part else 0
+        sizes = {c[k] for c in counts.get(f.topic, [])}
+        if len(sizes) > 1 and f.topic not in varying:
+            varying[f.topic] = (f"{f.msgtype}: its messages in {rel} hold {min(sizes)} to {max(sizes)} values"
+                                f"{f' ({f.value.part})' if f.value.part else ''}, not one size a step")
+    return {k: f for k, f in feats.items() if f.topic not in varying}, varying
 
 
 def clock_period(times: np.ndarray | None) -> int | None:

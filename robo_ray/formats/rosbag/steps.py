@@ -25,6 +25,7 @@ class TopicData:
     values: list[Any] = field(default_factory=list)
     first: Any = None
     stamped: bool = False  # times are header stamps
+    unset: bool = False  # every header stamp was 0 (never set by the publisher): receive times are used
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(self.log, np.int64), np.asarray(self.time, np.int64)
@@ -33,7 +34,8 @@ class TopicData:
 def read_topics(bag: Bag, topics: list[str], stamps: str, values: dict[str, Callable[[Any], Any]],
                 first_of: set[str] = frozenset()) -> dict[str, TopicData]:
     """Every message of `topics` in receive order: its times; `values[topic](msg)` for the topics named there;
-    the first message deserialised for `first_of`. Header stamps are read from the raw bytes (no deserialising)."""
+    the first message deserialised for `first_of`. Header stamps are read from the raw bytes (no deserialising); a
+    topic whose stamps are all 0 (its publisher never set them) takes its receive times instead (`unset`)."""
     out = {t: TopicData(stamped=stamps == "header" and has_header(bag.typestore, bag.msgtype(t))) for t in topics
            if t in bag.connections}
     for topic, t, raw in bag.messages(list(out)):
@@ -52,6 +54,9 @@ def read_topics(bag: Bag, topics: list[str], stamps: str, values: dict[str, Call
                 data.values.append(values[topic](msg))
         if len(data.log) > MAX_EPISODE_LENGTH:
             raise EpisodeTooLarge(f"{bag.where}: {topic} has over {MAX_EPISODE_LENGTH} messages")
+    for data in out.values():
+        if data.stamped and data.time and not any(data.time):  # a publisher that never set header.stamp
+            data.time, data.stamped, data.unset = list(data.log), False, True
     return out
 
 
@@ -98,7 +103,7 @@ def plan_steps(times: dict[str, np.ndarray], rule: ClockRule, where: str) -> Ste
     if span is None:
         missing = [k for k, t in times.items() if not len(t)]
         empty.error = DataMissing(f"{where}: " + (f"no {', '.join(missing)} messages" if missing else
-                                                  "no time at which every mapped topic has data"))
+                                                  "no time at which every mapped topic has data" + _clock_hint(times)))
         return empty
     start, end = span
     if rule.reference is None:
@@ -115,3 +120,13 @@ def plan_steps(times: dict[str, np.ndarray], rule: ClockRule, where: str) -> Ste
                                        f"{int(np.searchsorted(ticks, tick))} (t={(tick - start) / 1e9:.3f} s), "
                                        f"over the maximum skew; on_gap=hold keeps the previous message")
     return plan
+
+
+def _clock_hint(times: dict[str, np.ndarray]) -> str:
+    """A hint when the topics' times lie on clocks an hour or more apart (header stamps in simulation time,
+    receive times in wall time): receive times throughout put them on one clock."""
+    firsts = [int(t[0]) for t in times.values() if len(t)]
+    if firsts and max(firsts) - min(firsts) >= 3600 * 10**9:
+        return (" (their times are hours apart: header stamps and receive times on different clocks? "
+                "--set source.options.stamps=log uses receive times throughout)")
+    return ""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from robo_ray.episode import FeatureSpec
-from robo_ray.formats.rosbag.messages import JOINT_STATE, STRING, TopicValue, describe
+from robo_ray.formats.rosbag.messages import JOINT_STATE, STRING, NotRead, TopicValue, describe
 from robo_ray.readers.base import identifier, unique_names
 
 ACTION_TOPIC = re.compile(r"cmd|command|action", re.I)
@@ -37,9 +37,12 @@ def camera_name(topic: str) -> str:
     return identifier(re.sub(r"^cam_", "", name))
 
 
-def declare(firsts: dict[str, tuple[str, Any]], where: str) -> tuple[dict[str, Feature], str | None]:
-    """The features of the topics (topic -> (msgtype, first message)), in topic order, and the language topic."""
+def declare(firsts: dict[str, tuple[str, Any]], where: str
+            ) -> tuple[dict[str, Feature], str | None, dict[str, str]]:
+    """The features of the topics (topic -> (msgtype, first message)), in topic order, the language topic, and the
+    topics left out because their messages are not read (topic -> why)."""
     out: dict[str, Feature] = {}
+    left_out: dict[str, str] = {}
     language: str | None = None
     state_taken = action_taken = False
     for topic in sorted(firsts):
@@ -47,7 +50,12 @@ def declare(firsts: dict[str, tuple[str, Any]], where: str) -> tuple[dict[str, F
             continue
         msgtype, msg = firsts[topic]
         ident = identifier(topic.strip("/").replace("/", "_"))
-        for value in describe(msgtype, msg, f"{where} {topic}"):
+        try:
+            values = describe(msgtype, msg, f"{where} {topic}")
+        except NotRead as exc:
+            left_out[topic] = f"{msgtype}: {exc}"
+            continue
+        for value in values:
             key, part = topic, value.part
             if value.kind == "string":
                 if msgtype == STRING and LANGUAGE_TOPIC.search(topic) and language is None:
@@ -76,4 +84,4 @@ def declare(firsts: dict[str, tuple[str, Any]], where: str) -> tuple[dict[str, F
                                    name=f"observation/{ident}" + (f"_{part}" if part else ""))
             out[key] = Feature(spec, topic, msgtype, value)
     specs = unique_names({k: f.spec for k, f in out.items()})
-    return {k: Feature(specs[k], f.topic, f.msgtype, f.value) for k, f in out.items()}, language
+    return {k: Feature(specs[k], f.topic, f.msgtype, f.value) for k, f in out.items()}, language, left_out

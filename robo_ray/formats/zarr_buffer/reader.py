@@ -35,6 +35,7 @@ METADATA: dict[str, MetaType] = {"episode_id": "int", "file_path": "text"}
 IMAGE_CHUNK = 16  # frames read and decoded at a time
 CACHED_CHUNK_BYTES = 64 << 20  # a low-dim chunk up to this size is kept for the next episode
 ENDS = "meta/episode_ends"
+VIDEOS = "videos"  # Diffusion Policy real-robot recordings: videos/<episode>/<camera>.mp4 beside replay_buffer.zarr
 
 
 def _is_store_dir(fs: Any, path: str) -> bool:
@@ -219,6 +220,7 @@ class ZarrBufferReader(BaseReader):
             findings.append(Finding("warning", "ZR103", f"{self.store_rel}: data/{extra[0]} has rows after the last "
                                     f"episode's end {self.ends[-1]}; they are left out", int(self.ends[-1]),
                                     self.meta[extra[0]].rows))
+        findings += self._videos_beside()
         declared = {"store": self.store_rel, "store_kind": "zip" if self._open_store().zip is not None else "directory",
                     "layout": self.layout, "arrays": {k: m.declared() for k, m in list(self.meta.items())[:100]},
                     "fps_source": self.fps_source, "left_out": self.skipped[:50]}
@@ -232,6 +234,21 @@ class ZarrBufferReader(BaseReader):
                         metadata_types=dict(METADATA), language_source="", step_storage="zarr")
         inv.findings = findings + self.fps_findings()
         return inv
+
+    def _videos_beside(self) -> list[Finding]:
+        """Diffusion Policy's real-robot recordings keep the cameras beside the buffer, as `videos/<episode>/<camera>
+        .mp4` at the camera's own rate (DP's dataset class aligns them to the buffer's timestamps when it builds its
+        `*.zarr.zip` cache): those frames are not in the store, and are said not to be read (ZR104)."""
+        folder = posixpath.join(self.root, VIDEOS)
+        try:
+            if not self.fs.isdir(folder):
+                return []
+            episodes = len(self.fs.ls(folder, detail=False))
+        except OSError:
+            return []
+        return [Finding("warning", "ZR104", f"{VIDEOS}/ beside {self.store_rel} holds {episodes} folder(s) of camera "
+                        "videos (a Diffusion Policy real-robot recording); they are not read: only the store's arrays "
+                        "convert (convert the *.zarr.zip cache DP's real-robot dataset writes to keep the cameras)")]
 
     # ---- load one episode --------------------------------------------------------------------------------------
     def load_episode(self, ref: EpisodeRef) -> Episode:
