@@ -422,3 +422,48 @@ def test_lossless_output_is_exact(name: str, made: Callable[[str], Path], aloha_
     for ep, want in zip(episodes, frames):
         for key, target in rename.items():
             np.testing.assert_array_equal(ep["steps"][target], want[key])
+
+
+# ---- on Ray: a killed driver, then --resume ----------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["libero", "aloha-real-jpeg"])
+def test_on_ray_a_killed_run_resumes_to_the_in_process_bytes(name: str, made: Callable[[str], Path],
+                                                            aloha_made: Callable[[str], Path],
+                                                            tmp_path: Path) -> None:
+    """The reader shipped to Ray actors (HDF5 files reopened there): `--actors 2` killed (SIGKILL) once a unit is
+    committed, then `--resume` on Ray converts only the missing units, validates, and the RLDS shards equal the
+    in-process run's byte for byte."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, run_cli, sigkill_when
+
+    src = made(name) if name in SOURCES else aloha_made(name)
+    sets = ["--set", "validate.tfds_readback=false", "--set", "plan.min_shards=4", "--fps", "10"]
+    ref, out = tmp_path / "inproc", tmp_path / "ray"
+    convert(src, ref, "rlds", "plan.min_shards=4", fps=10)
+    env = {"RAY_AUTH_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "robo_ray.cli", "run", str(src), str(out), "--actors", "2", *sets]
+    import os
+
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env, "ROBO_RAY_FAULT_DELAY_S": "3.0"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def committed() -> int:
+        try:
+            return len(json.loads((out / "ledger.json").read_text())["shards"])
+        except (OSError, ValueError):
+            return 0
+
+    sigkill_when(proc, lambda: committed() >= 1, 300, "a committed unit")
+    before = committed()
+    assert 1 <= before < 4, before
+    again = run_cli("run", str(src), str(out), "--actors", "2", "--resume", *sets, env=env, timeout=400)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert ledger["complete"] and len(ledger["resumed_shards"]) == before
+    (ref_v,), (out_v,) = list(ref.glob("rlds/*/1.0.0")), list(out.glob("rlds/*/1.0.0"))
+    ref_shards = {p.name: p.read_bytes() for p in sorted(ref_v.glob("*.tfrecord-*"))}
+    assert len(ref_shards) == 4 and ref_shards == {p.name: p.read_bytes() for p in sorted(out_v.glob("*.tfrecord-*"))}
