@@ -34,6 +34,7 @@ from robo_ray.formats.lerobot.unit_view import (UnitView, meta_problems, numberi
                                                 schema_problem)
 from robo_ray.formats.lerobot.depth import CODEC as DEPTH_CODEC, PIX_FMT as DEPTH_PIX_FMT, DepthQuant, decode_depth
 from robo_ray.formats.lerobot.video_encode import ENCODERS, PIX_FMT
+from robo_ray.images import frame_array
 from robo_ray.stages.check_records import UnitCheck
 from robo_ray.stages.norm_stats import StatsAccumulator
 from robo_ray.stages.sample_compare import WrittenSample, compare_samples
@@ -142,7 +143,7 @@ class LeRobotUnitVerifier:
         """The unit's data parquet; returns the sampled episodes' rows at sample_indices."""
         rel = u.r.filename
         try:
-            table = pq.read_table(io.BytesIO(raw))
+            table = pq.ParquetFile(io.BytesIO(raw)).read()
         except (pa.ArrowException, OSError, ValueError) as exc:
             _fail(c, "data", f"{rel}: unreadable parquet ({str(exc).splitlines()[0][:200]})")
             return {}
@@ -197,7 +198,7 @@ class LeRobotUnitVerifier:
 
     def _check_meta(self, u: UnitView, raw: bytes, fps: int, c: UnitCheck) -> None:
         try:
-            table = pq.read_table(io.BytesIO(raw))
+            table = pq.ParquetFile(io.BytesIO(raw)).read()
         except (pa.ArrowException, OSError, ValueError) as exc:
             _fail(c, "episodes metadata", f"{u.meta_rel}: unreadable parquet ({str(exc).splitlines()[0][:200]})")
             return
@@ -355,7 +356,7 @@ def _decode_at(c: Any, s: Any, q: float, quant: DepthQuant | None = None) -> np.
     for frame in c.decode(s):
         t = float(frame.time)
         if abs(t - q) < TOLERANCE_S:
-            return frame.to_ndarray(format="rgb24") if quant is None else decode_depth(frame, quant)
+            return frame_array(frame, "rgb24") if quant is None else decode_depth(frame, quant)
         if t > q + TOLERANCE_S:
             return None
     return None
