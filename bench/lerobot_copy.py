@@ -163,6 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     from tests.compat.venvs import ensure_lerobot_venv
 
     python = ensure_lerobot_venv(log=True)
+    # robo-ray runs from compiled bytecode, as an installed package does (the lerobot venv's site-packages are
+    # compiled): with PYTHONDONTWRITEBYTECODE=1 (this project's shells) every run compiled robo-ray's modules again
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "robo_ray")], check=True)
+    env["bytecode"] = "robo_ray compiled (compileall) before the runs"
     le_runs, rr_runs = [], {"in": []}
     actors = [int(a) for a in args.actors.split(",") if a]
     for a in actors:
