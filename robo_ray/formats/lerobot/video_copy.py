@@ -29,8 +29,8 @@ import numpy as np
 from robo_ray.activity import ACTIVITY
 from robo_ray.episode import EncodedVideo
 from robo_ray.errors import FrameCountMismatch, TimestampMismatch, VideoDecodeError
-from robo_ray.images import frame_array
 from robo_ray.formats.lerobot.video_encode import PIX_FMT, ImageHistogram, stats_sample_indices
+from robo_ray.images import frame_array
 from robo_ray.stages.sampling import sample_indices
 
 # decoder name -> the codec name info.json's video.codec and a reader report
@@ -106,6 +106,7 @@ class CopiedVideo:
         self._packets: list[Any] = []
         self._bytes = 0
         self._spill: Any = None  # the scratch MP4's output container while the range is read past MEMORY_BYTES
+        self._spill_stream: Any = None
         self.spilled = False
 
     def add(self, p: Any) -> None:
