@@ -10,11 +10,12 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Iterator, TextIO
-
-from tqdm import tqdm
+from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from robo_ray.stages.progress import Progress
+
+if TYPE_CHECKING:  # tqdm is imported when a bar is made (a terminal): a job's log has none (~0.05 CPU s)
+    from tqdm import tqdm
 
 SMOOTHING = 0.3  # tqdm's moving average of the rate (0 = average since the start, 1 = the last episode only)
 
@@ -23,8 +24,11 @@ class LinesAbove(io.TextIOBase):
     """A text stream whose complete lines go above the bar (`tqdm.write` on the terminal)."""
 
     def __init__(self, terminal: TextIO) -> None:
+        from tqdm import tqdm
+
         self.terminal = terminal
         self._partial = ""
+        self._write = tqdm.write
 
     def writable(self) -> bool:
         return True
@@ -35,12 +39,12 @@ class LinesAbove(io.TextIOBase):
     def write(self, s: str) -> int:
         *lines, self._partial = (self._partial + s).split("\n")
         for line in lines:
-            tqdm.write(line, file=self.terminal)
+            self._write(line, file=self.terminal)
         return len(s)
 
     def flush(self) -> None:
         if self._partial:
-            tqdm.write(self._partial, file=self.terminal)
+            self._write(self._partial, file=self.terminal)
             self._partial = ""
 
 
@@ -48,6 +52,9 @@ class ProgressBar:
     """`__call__(Progress)` draws the convert bar; `lines_above()` routes stderr above it while the run lasts."""
 
     def __init__(self, terminal: TextIO) -> None:
+        from tqdm import tqdm
+
+        self._tqdm = tqdm
         self.terminal = terminal
         self.bar: tqdm | None = None
         self.t0 = 0.0
@@ -59,7 +66,7 @@ class ProgressBar:
                 return
             # `initial`: episodes a resumed run had already converted do not count in the rate
             width = _columns(self.terminal)  # a terminal that reports no size (0) gets 100 columns
-            self.bar = tqdm(total=p.episodes_total, initial=p.episodes, unit="ep", desc="convert",
+            self.bar = self._tqdm(total=p.episodes_total, initial=p.episodes, unit="ep", desc="convert",
                             file=self.terminal, smoothing=SMOOTHING, mininterval=0.1, dynamic_ncols=bool(width),
                             ncols=None if width else 100)
             self.t0, self.frames0 = time.monotonic(), p.frames

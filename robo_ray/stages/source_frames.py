@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from robo_ray.episode import Episode, RawFrames
-from robo_ray.images import decode_frame
+from robo_ray.images import decode_frame, frame_array
 from robo_ray.readers.base import Reader
 from robo_ray.storage import is_local
 from robo_ray.video import VideoStream
@@ -35,7 +35,7 @@ def source_frames(reader: Reader, ep: Episode, key: str, steps: list[int]) -> li
             for t, frame in stream.window(wanted[i], ref.to_timestamp, half):
                 if abs(t - wanted[i]) < half:
                     fmt = "gray" if channels == 1 else "rgb24"
-                    arr = frame.to_ndarray(format=fmt)
+                    arr = frame_array(frame, fmt)
                     out[i] = arr[:, :, None] if arr.ndim == 2 else arr
                 break
     finally:

@@ -13,7 +13,9 @@ fits, in the project venv (the lerobot 0.6.1 loads are in tests/integration/test
 6. a copied camera is never decoded by the convert stage (its decoding thread never starts);
 7. ORTF (robo-ray's, H.264) -> LeRobot copies the ORTF packets too;
 8. LeRobot -> ORTF copies H.264 packets into ORTF's per-episode MP4s and encodes AV1 (ORTF holds H.264);
-9. `--actors 2` (Ray) writes the in-process bytes with copied video.
+9. `--actors 2` (Ray) writes the in-process bytes with copied video;
+10. an episode whose packets pass video_copy.MEMORY_BYTES goes through its scratch MP4 (LeRobot and ORTF targets):
+   the same packets, no scratch file left.
 """
 from __future__ import annotations
 
@@ -262,6 +264,33 @@ def test_lerobot_to_ortf_copies_h264_and_encodes_av1(shared, tmp_path):
     assert "PSNR mean 99.0 dB, min 99.0 dB" in report_line(tmp_path / "h264", "sample images")
     line = to_ortf("lerobot_v30_av1_2cam", tmp_path / "av1")
     assert "top: 0 episodes copied" in line and "4 encoded (codec libdav1d (copied: h264) (4))" in line
+
+
+def test_long_episode_packets_spill_to_the_scratch_mp4(shared, tmp_path, monkeypatch):
+    """Past MEMORY_BYTES (here 3 kB: a few packets in memory, then the scratch MP4) the copy is the same packets."""
+    import robo_ray.formats.lerobot.video_copy as vc
+
+    monkeypatch.setattr(vc, "MEMORY_BYTES", 3000)
+    spilled: list[bool] = []
+    real_end = vc.CopiedVideo.end
+
+    def end(self):
+        spilled.append(self.spilled)
+        real_end(self)
+
+    monkeypatch.setattr(vc.CopiedVideo, "end", end)
+    src = shared / "samples/lerobot_v21_h264_1cam"
+    code, err = run(src, tmp_path / "lerobot")
+    assert code == 0, err
+    cfg = load_config(None, FAST, **{"source.url": str(src), "target.url": str(tmp_path / "ortf"),
+                                     "target.format": "ortf"})
+    assert run_pipeline(cfg, stderr=io.StringIO()).exit_code == 0
+    assert spilled and all(spilled), spilled  # every episode (> 3 kB) went through its scratch MP4
+    want = packets(src_videos(src, TOP))
+    assert packets(out_videos(tmp_path / "lerobot", TOP)) == want
+    assert packets(sorted((tmp_path / "ortf" / "videos").rglob("*.mp4"))) == want
+    assert "PSNR mean 99.0 dB, min 99.0 dB" in report_line(tmp_path / "lerobot", "sample images")
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name], "a scratch MP4 was left behind"
 
 
 @pytest.mark.slow

@@ -1,11 +1,12 @@
-"""Image encoding: the YUV 4:2:0 JPEG fast path gives the same picture as the RGB path (range and colours)."""
+"""Image encoding: the YUV 4:2:0 JPEG fast path gives the same picture as the RGB path (range and colours);
+`frame_array` (one cached swscale context per thread) gives PyAV's `to_ndarray(format=)` bit for bit."""
 from __future__ import annotations
 
 import av
 import numpy as np
 import simplejpeg
 
-from robo_ray.images import ImageEncoder, _yuv_passthrough_ok, decode_image
+from robo_ray.images import ImageEncoder, _yuv_passthrough_ok, decode_image, frame_array
 from tests.conftest import psnr
 from tests.fixtures.lerobot_gen import expected_frame
 
@@ -55,3 +56,21 @@ def test_range_expansion_on_padded_planes_equals_the_8bit_table() -> None:
                   for p, (ph, pw) in zip(frame.planes, ((h, w), (h // 2, w // 2), (h // 2, w // 2)))]
         want = simplejpeg.encode_jpeg_yuv_planes(_LUT_Y[planes[0]], _LUT_C[planes[1]], _LUT_C[planes[2]], quality=95)
         assert _jpeg_from_yuv420(frame, 95) == want, (h, w, [p.line_size for p in frame.planes])
+
+
+def test_frame_array_is_to_ndarray_bit_for_bit() -> None:
+    """Frames of different sizes, formats, colour spaces and ranges, interleaved (the cached context is rebuilt
+    when they change, never reused for a frame it does not fit), rgb24 and gray."""
+    frames = []
+    for k, (h, w, fmt, space, rng) in enumerate([(32, 48, "yuv420p", 2, 1), (32, 48, "yuv420p", 1, 2),
+                                                 (30, 46, "yuv420p", 2, 0), (32, 48, "yuvj420p", 2, 2),
+                                                 (24, 40, "yuv444p", 1, 1)]):
+        f = _yuv_frame(expected_frame(k, 3, 1, h, w), fmt)
+        f.colorspace, f.color_range = space, rng
+        frames.append(f)
+    for f in frames + frames[::-1] + frames:
+        for fmt in ("rgb24", "gray"):
+            got, want = frame_array(f, fmt), f.to_ndarray(format=fmt)
+            assert got.shape == want.shape and np.array_equal(got, want), (f.format.name, f.colorspace, fmt)
+    kept = [frame_array(f, "rgb24") for f in frames]  # arrays stay valid after later conversions
+    assert all(np.array_equal(a, f.to_ndarray(format="rgb24")) for a, f in zip(kept, frames))

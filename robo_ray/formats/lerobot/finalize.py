@@ -68,7 +68,7 @@ def read_parquet(w: "LeRobotWriter", rel: str, digests: dict[str, str]) -> pa.Ta
     """A unit's parquet file; the sha256 of the bytes read goes into `digests` under its name."""
     raw = w.fs.cat_file(join(w.dataset_dir, rel))
     digests[rel] = hashlib.sha256(raw).hexdigest()
-    return pq.read_table(io.BytesIO(raw))
+    return pq.ParquetFile(io.BytesIO(raw)).read()
 
 
 def renumber(w: "LeRobotWriter", r: UnitResult, e0: int, i0: int, new_ids: list[int]) -> None:

@@ -34,6 +34,7 @@ from robo_ray.formats.lerobot.unit_view import (UnitView, meta_problems, numberi
                                                 schema_problem)
 from robo_ray.formats.lerobot.depth import CODEC as DEPTH_CODEC, PIX_FMT as DEPTH_PIX_FMT, DepthQuant, decode_depth
 from robo_ray.formats.lerobot.video_encode import ENCODERS, PIX_FMT
+from robo_ray.images import frame_array
 from robo_ray.stages.check_records import UnitCheck
 from robo_ray.stages.norm_stats import StatsAccumulator
 from robo_ray.stages.sample_compare import WrittenSample, compare_samples
@@ -142,7 +143,7 @@ class LeRobotUnitVerifier:
         """The unit's data parquet; returns the sampled episodes' rows at sample_indices."""
         rel = u.r.filename
         try:
-            table = pq.read_table(io.BytesIO(raw))
+            table = pq.ParquetFile(io.BytesIO(raw)).read()
         except (pa.ArrowException, OSError, ValueError) as exc:
             _fail(c, "data", f"{rel}: unreadable parquet ({str(exc).splitlines()[0][:200]})")
             return {}
@@ -197,7 +198,7 @@ class LeRobotUnitVerifier:
 
     def _check_meta(self, u: UnitView, raw: bytes, fps: int, c: UnitCheck) -> None:
         try:
-            table = pq.read_table(io.BytesIO(raw))
+            table = pq.ParquetFile(io.BytesIO(raw)).read()
         except (pa.ArrowException, OSError, ValueError) as exc:
             _fail(c, "episodes metadata", f"{u.meta_rel}: unreadable parquet ({str(exc).splitlines()[0][:200]})")
             return
@@ -265,11 +266,13 @@ class LeRobotUnitVerifier:
             got = []
             for i in idx:
                 q = (a + i) / fps
-                arr = _decode_at(c, s, q, quant)
-                if arr is None:
+                frame = _decode_at(c, s, q)
+                if frame is None:
                     problems.append(f"{u.where(rel, k)}: no frame within {TOLERANCE_S}s of t={q:.6f}s (frame {i})")
                     break
-                got.append(arr)
+                if k in keep:  # compared with the source: as an array (only then: the conversion costs more
+                    # than the decode of a small frame)
+                    got.append(frame_array(frame, "rgb24") if quant is None else decode_depth(frame, quant))
                 n_dec += 1
             if k in keep and len(got) == len(idx):
                 out[k] = got
@@ -349,13 +352,13 @@ def _as_mapped(values: np.ndarray, dtype: str) -> np.ndarray:
     return values.astype(np.float32)
 
 
-def _decode_at(c: Any, s: Any, q: float, quant: DepthQuant | None = None) -> np.ndarray | None:
-    """The frame whose time is within TOLERANCE_S (strictly) of q, RGB (depth: HxWx1 mm); None when there is none."""
+def _decode_at(c: Any, s: Any, q: float) -> Any:
+    """The decoded frame whose time is within TOLERANCE_S (strictly) of q; None when there is none."""
     c.seek(int(q / s.time_base), stream=s, backward=True, any_frame=False)
     for frame in c.decode(s):
         t = float(frame.time)
         if abs(t - q) < TOLERANCE_S:
-            return frame.to_ndarray(format="rgb24") if quant is None else decode_depth(frame, quant)
+            return frame
         if t > q + TOLERANCE_S:
             return None
     return None

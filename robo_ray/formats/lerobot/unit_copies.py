@@ -13,7 +13,7 @@ from typing import Any, Callable
 import av
 
 from robo_ray.episode import Frames
-from robo_ray.formats.lerobot.video_copy import NotCopyable, StreamParams, copy_episode
+from robo_ray.formats.lerobot.video_copy import CopiedVideo, NotCopyable, StreamParams, copy_episode
 from robo_ray.formats.lerobot.video_encode import ImageHistogram, UnitVideo, VideoSettings, encode_episode
 from robo_ray.writers.unit_files import remove_file
 
@@ -31,6 +31,7 @@ class CameraState:
     copied: int = 0  # episodes appended by copy
     reencoded: int = 0  # episodes appended by encoding
     switch: bool = False  # this episode turns a camera holding copied episodes to re-encoding
+    video: CopiedVideo | None = None  # this episode's copied packets (mode "copy"), until they go into the unit
 
     def summary(self) -> dict[str, Any]:
         return {"mode": self.mode, "codec": self.params.codec if self.mode == "copy" and self.params else None,
@@ -49,26 +50,23 @@ class UnitCopies:
 
     def decide(self, key: str, tmp: str, frames: Frames, length: int, hist: ImageHistogram,
                episode: int) -> CameraState:
-        """Copy the camera's episode into `tmp` when it fits; returns the camera's state with this episode in
-        (`mode` "copy": copied into `tmp`; "encode": the caller encodes it). Damage raises (quarantine)."""
-        st = replace(self.cams.get(key, CameraState()), switch=False)
+        """Copy the camera's episode when it fits (`tmp`: its scratch MP4 if it is long); returns the camera's state
+        with this episode in (`mode` "copy": its packets in `video`, which the caller appends and closes; "encode":
+        the caller encodes it into `tmp`). Damage raises (quarantine)."""
+        st = replace(self.cams.get(key, CameraState()), switch=False, video=None)
         if st.mode == "encode":
             return st
         if self.reencode or frames.encoded is None:
             return replace(st, mode="encode", reason=FORCED if self.reencode else NOT_ENCODED)
         try:
-            params = copy_episode(tmp, frames.encoded, length, self.fps, hist, episode)
-            reason = st.params.differs(params) if st.params is not None else None
-            if reason is not None:
-                reason = f"episode {episode}: {reason}"
+            video = copy_episode(tmp, frames.encoded, length, self.fps, hist, episode, expect=st.params)
         except NotCopyable as exc:
-            reason = str(exc)
-        if reason is None:
-            return replace(st, mode="copy", params=params)
-        return replace(st, mode="encode", reason=reason, switch=st.copied > 0)
+            return replace(st, mode="encode", reason=str(exc), switch=st.copied > 0)
+        return replace(st, mode="copy", params=video.params, video=video)
 
     def apply(self, key: str, st: CameraState) -> None:
         """The episode of decision `st` went into the unit (after the switch's re-encoding, when it had one)."""
+        st = replace(st, video=None)
         if st.switch:
             st = replace(st, reencoded=st.reencoded + st.copied, copied=0, params=None, switch=False)
         if st.mode == "copy":

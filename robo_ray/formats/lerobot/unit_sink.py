@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 EMPTY_EPISODE = "EP208"  # an episode with no steps: LeRobot cannot hold it (no frame, no video)
 
 
+def _discard(encoded: list[tuple[str, str, ImageHistogram]], decisions: dict[str, CameraState]) -> None:
+    """An episode's scratch MP4s removed and its copied packets released (it went into the unit, or failed)."""
+    for _, tmp, _ in encoded:
+        remove_file(tmp)
+    for st in decisions.values():
+        if st.video is not None:
+            st.video.close()
+
+
 class EpisodeFileSink(UnitSink):
     """Writes one unit: data parquet (row group per episode, streamed to a temp file), per camera one MP4 (episodes
     appended by stream copy), and its meta/episodes part at `commit`. Temps sit beside the final names on a local
@@ -87,8 +96,7 @@ class EpisodeFileSink(UnitSink):
                     h, wd = cam.shape[:2]
                     encode_episode(tmp, frames, n, h, wd, w.settings, hist)
         except BaseException:
-            for _, tmp, _ in encoded:
-                remove_file(tmp)
+            _discard(encoded, decisions)
             raise
         try:  # every camera is encoded: from here on the episode goes into the unit's files
             for cam in w.layout.cameras:
@@ -99,8 +107,7 @@ class EpisodeFileSink(UnitSink):
             self._broken = exc
             raise
         finally:
-            for _, tmp, _ in encoded:
-                remove_file(tmp)
+            _discard(encoded, decisions)
 
     def _reencode_camera(self, cam: Any) -> None:
         """Re-encode the camera's episodes the unit copied so far (`unit_copies.reencode_video`); a failure here
@@ -170,7 +177,9 @@ class EpisodeFileSink(UnitSink):
             video = self._videos.get(key)
             if video is None:
                 video = self._videos[key] = UnitVideo(self.files.temp(self.video_rels[key]), w.fps)
-            t0, t1 = video.append(tmp, n)
+            copied = decisions[key].video
+            t0, t1 = video.append(tmp, n) if copied is None else \
+                video.append_packets(copied.stream, copied.read(), n, copied.path)
             self.copies.apply(key, decisions[key])
             row.update({f"videos/{key}/chunk_index": self.chunk_index, f"videos/{key}/file_index": self.file_index,
                         f"videos/{key}/from_timestamp": t0, f"videos/{key}/to_timestamp": t1})

@@ -209,11 +209,11 @@ class LeRobotVerifier(LeRobotUnitVerifier):
                         f"{digests[name][:12]}… (modified after conversion)")
                 continue
             try:
+                pf = pq.ParquetFile(io.BytesIO(raw))
                 if name == r.filename:
-                    problems += numbering_problems(u, pq.read_table(io.BytesIO(raw), columns=BOOKKEEPING_COLUMNS),
-                                                   self.fps())
+                    problems += numbering_problems(u, pf.read(columns=BOOKKEEPING_COLUMNS), self.fps())
                 else:
-                    problems += meta_problems(u, pq.read_table(io.BytesIO(raw)), self.layout.cameras, self.fps())
+                    problems += meta_problems(u, pf.read(), self.layout.cameras, self.fps())
             except (pa.ArrowException, OSError, ValueError) as exc:
                 problems.append(f"{name}: unreadable parquet ({str(exc).splitlines()[0][:200]})")
         if problems:
@@ -268,13 +268,12 @@ class LeRobotVerifier(LeRobotUnitVerifier):
 
     # ---- meta/tasks.parquet and meta/stats.json ------------------------------------------------------------------
     def _check_tasks(self, res: ValidationResult, info: dict[str, Any]) -> list[str]:
-        import pandas as pd
-
         p = self.path(TASKS)
         if not self.fs.exists(p):
             res.add("tasks", False, f"{TASKS} missing")
             return []
-        df = pd.read_parquet(io.BytesIO(self.fs.cat_file(p)))
+        # what pd.read_parquet does (pyarrow engine), without its ParquetDataset (pyarrow.dataset's import)
+        df = pq.ParquetFile(io.BytesIO(self.fs.cat_file(p))).read().to_pandas()
         tasks = [str(x) for x in df.index]
         ok = (df.index.name == "task" and list(df["task_index"]) == list(range(len(df)))
               and len(set(tasks)) == len(tasks) and len(tasks) == info.get("total_tasks"))

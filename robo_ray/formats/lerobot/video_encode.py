@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 from robo_ray.activity import ACTIVITY  # noqa: E402
 from robo_ray.errors import FrameCountMismatch, VideoDecodeError  # noqa: E402
-from robo_ray.images import decode_image  # noqa: E402
+from robo_ray.images import decode_image, frame_array  # noqa: E402
 
 # target.options.vcodec -> (PyAV encoder, codec name as info.json's video.codec and a decoder reports it)
 ENCODERS: dict[str, tuple[str, str]] = {
@@ -171,7 +171,7 @@ def _hist_quantile(cum: np.ndarray, values: np.ndarray, q: float, total: int) ->
 def _rgb_array(item: Any) -> np.ndarray:
     """An HxWx3 uint8 array of any frame the convert stage yields (PyAV frame, array, PNG/JPEG bytes)."""
     if isinstance(item, av.VideoFrame):
-        return item.to_ndarray(format="rgb24")
+        return frame_array(item, "rgb24")
     if isinstance(item, np.ndarray):
         arr = item
     else:
@@ -220,9 +220,9 @@ def encode_episode(path: str, frames: Iterable[Any], length: int, height: int, w
                     item = item.reformat(width=width, height=height, interpolation="AREA")
                 if _passthrough_ok(item):
                     frame = item
-                    rgb = item.to_ndarray(format="rgb24") if (hist is not None and n in sample) else None
+                    rgb = frame_array(item, "rgb24") if (hist is not None and n in sample) else None
                 else:
-                    rgb = item.to_ndarray(format="rgb24")
+                    rgb = frame_array(item, "rgb24")
                     frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
             else:
                 rgb = _resized(_rgb_array(item), height, width)
@@ -263,28 +263,31 @@ class UnitVideo:
         self._stream: Any = None
 
     def append(self, episode_path: str, length: int) -> tuple[float, float]:
-        """Append an encoded episode; returns its (from_timestamp, to_timestamp) in this file."""
-        start = self.frames
+        """Append an encoded episode's MP4; returns its (from_timestamp, to_timestamp) in this file."""
         with av.open(episode_path, "r") as src:
-            in_stream = src.streams.video[0]
-            if self._out is None:
-                self._out = av.open(self.path, "w", format="mp4", options={"movflags": "faststart"})
-                self._stream = self._out.add_stream_from_template(in_stream, opaque=True)
-            ticks = Fraction(1, self.fps) / in_stream.time_base
-            if ticks.denominator != 1:
-                raise RuntimeError(f"{episode_path}: time base {in_stream.time_base} is not a multiple of 1/{self.fps}")
-            shift = start * int(ticks)
-            count = 0
-            for packet in src.demux(in_stream):
-                if packet.dts is None:  # the demuxer's end-of-stream marker
-                    continue
-                packet.pts += shift
-                packet.dts += shift
-                packet.stream = self._stream
-                self._out.mux(packet)
-                count += 1
+            s = src.streams.video[0]
+            return self.append_packets(s, (p for p in src.demux(s) if p.dts is not None), length, episode_path)
+
+    def append_packets(self, template: Any, packets: Iterable[Any], length: int, what: str) -> tuple[float, float]:
+        """Append an episode's packets (decode order, timestamps from 0 in `template`'s time base, `template` the
+        stream they come from); returns the episode's (from_timestamp, to_timestamp) in this file."""
+        start = self.frames
+        if self._out is None:
+            self._out = av.open(self.path, "w", format="mp4", options={"movflags": "faststart"})
+            self._stream = self._out.add_stream_from_template(template, opaque=True)
+        ticks = Fraction(1, self.fps) / template.time_base
+        if ticks.denominator != 1:
+            raise RuntimeError(f"{what}: time base {template.time_base} is not a multiple of 1/{self.fps}")
+        shift = start * int(ticks)
+        count = 0
+        for packet in packets:
+            packet.pts += shift
+            packet.dts += shift
+            packet.stream = self._stream
+            self._out.mux(packet)
+            count += 1
         if count != length:
-            raise RuntimeError(f"{episode_path}: {count} packets for {length} frames")
+            raise RuntimeError(f"{what}: {count} packets for {length} frames")
         self.frames += length
         return start / self.fps, self.frames / self.fps
 

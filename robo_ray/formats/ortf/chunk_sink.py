@@ -136,9 +136,13 @@ class ChunkSink(UnitSink):
         if frames.encoded is None or not self.writer.takes_encoded_video or self._resize is not None:
             return REENCODE_FORCED if self.writer.options.reencode or self.writer.options.lossless else NOT_VIDEO
         try:
-            copy_episode(tmp, frames.encoded, n, Fraction(fps).limit_denominator(1001), None, idx, ORTF_CODECS)
+            video = copy_episode(tmp, frames.encoded, n, Fraction(fps).limit_denominator(1001), None, idx, ORTF_CODECS)
         except NotCopyable as exc:
             return str(exc)
+        try:
+            video.save()  # the episode's MP4 at `tmp`
+        finally:
+            video.close()
         return None
 
     def _episode_table(self, ep: CanonicalEpisode, fps: float) -> tuple[pa.Table, list[str]]:
