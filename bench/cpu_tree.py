@@ -15,7 +15,11 @@ _V2 = Path("/sys/fs/cgroup/unified")
 
 
 class CpuTree:
-    """One throw-away cgroup: pass `enter` as Popen's preexec_fn, then call `seconds()` after the command exits."""
+    """One throw-away cgroup: run `wrap(cmd)` instead of `cmd`, then call `seconds()` after the command exits.
+
+    The command enters the cgroup itself (a shell writes its pid, then execs the command), not through Popen's
+    preexec_fn: a fork of a multi-threaded process that runs Python before exec can deadlock on a lock another
+    thread held at the fork (seen: a test process with server threads hung in Popen)."""
 
     def __init__(self, name: str = "bench") -> None:
         self.path: Path | None = None
@@ -34,10 +38,11 @@ class CpuTree:
     def ok(self) -> bool:
         return self.path is not None
 
-    def enter(self) -> None:
-        """In the child, before exec: move this process (and so all it starts) into the cgroup."""
-        if self.path is not None:
-            (self.path / "cgroup.procs").write_text(str(os.getpid()))
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """`cmd` started inside the cgroup (and so everything it starts); `cmd` itself without a cgroup."""
+        if self.path is None:
+            return list(cmd)
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *cmd]
 
     def seconds(self, settle_s: float = 30.0) -> float | None:
         """Total CPU seconds once every process of the cgroup has exited (Ray's daemons outlive the driver by a

@@ -222,8 +222,8 @@ def robo_run(src: str, dst: Path, mode: str, max_episodes: int | None = None, se
     with open(log_out, "w") as fo, open(log_err, "w") as fe:
         t0, epoch0 = time.perf_counter(), time.time()
         tree = CpuTree("run")
-        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=REPO, env=ENV,
-                                start_new_session=True, preexec_fn=tree.enter if tree.ok else None)
+        proc = subprocess.Popen(tree.wrap(cmd), stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=REPO, env=ENV,
+                                start_new_session=True)
         rss = PeakRss(proc.pid)
         rss.start()
         try:
@@ -689,8 +689,8 @@ STARTUP_VARIANTS = (("inprocess", False, 2.0), ("inprocess", True, None), ("2", 
 
 def _timed(cmd: list[str], timeout: float, tree: CpuTree | None = None) -> tuple[float, int | None]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            cwd=REPO, env=ENV, start_new_session=True, preexec_fn=tree.enter if tree else None)
+    proc = subprocess.Popen(tree.wrap(cmd) if tree else cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, cwd=REPO, env=ENV, start_new_session=True)
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

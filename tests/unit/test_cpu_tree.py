@@ -14,7 +14,7 @@ _PARENT = (f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {_B
 def test_counts_a_grandchild_that_outlives_the_command() -> None:
     tree = CpuTree("test")
     has_cgroup = tree.ok
-    proc = subprocess.Popen([sys.executable, "-c", _PARENT], preexec_fn=tree.enter if has_cgroup else None)
+    proc = subprocess.Popen(tree.wrap([sys.executable, "-c", _PARENT]))
     assert proc.wait(timeout=60) == 0
     total = tree.seconds(settle_s=60)
     if not has_cgroup:  # no writable cgroup on this machine: the bench must say n/a, never a number
