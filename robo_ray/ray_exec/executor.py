@@ -89,6 +89,12 @@ log = logging.getLogger("robo_ray.ray_exec")
 __all__ = ["RayExecutor", "actors_for_mode", "MODES"]
 
 
+# Ray 2.60 (pinned) marks map_batches' ray_remote_args_fn deprecated for 2.64; a user's run should not print that
+# line. One filter for the process: warnings.catch_warnings around the call would swap the global filters while the
+# driver's other threads run (it is not thread-safe).
+warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
+
+
 def own_instance_kwargs(object_store_mb: int, num_cpus: int | None = None) -> dict[str, Any]:
     """`ray.init` arguments of the Ray instance robo-ray starts itself (no cluster to join). worker_niceness 0: Ray
     starts workers at nice 15 (its daemons first); on a shared laptop that starves the converting actors behind any
@@ -445,11 +451,8 @@ def _unit_dataset(units: list[Unit], ctx: Any, size: PoolSize) -> Any:
     compute = ray.data.ActorPoolStrategy(min_size=min(size.min_size, top), max_size=top,
                                          initial_size=min(size.initial_size, top), max_tasks_in_flight_per_actor=1)
     ds = ray.data.from_items(rows, override_num_blocks=len(rows))
-    with warnings.catch_warnings():
-        # Ray 2.60 (pinned) marks ray_remote_args_fn deprecated for 2.64; a user's run should not print that line
-        warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*deprecated")
-        return ds.map_batches(UnitMapper, fn_constructor_kwargs={"ctx": ctx}, batch_size=1, batch_format="numpy",
-                              compute=compute, num_cpus=size.cpus_per_actor, ray_remote_args_fn=_actor_options)
+    return ds.map_batches(UnitMapper, fn_constructor_kwargs={"ctx": ctx}, batch_size=1, batch_format="numpy",
+                          compute=compute, num_cpus=size.cpus_per_actor, ray_remote_args_fn=_actor_options)
 
 
 def _actor_options() -> dict[str, Any]:
