@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--size", type=int, default=128, help="camera height = width of the built source (default 128)")
     ap.add_argument("--vcodec", choices=("av1", "h264"), default="av1")
-    ap.add_argument("--actors", default="1,2")
+    ap.add_argument("--actors", default="1,2", help="comma-separated actor counts; 0 = the in-process run only")
     ap.add_argument("--repeat", type=int, default=2, help="measure everything this often, keep the best (default 2)")
     ap.add_argument("--profile", choices=("auto", "always", "never"), default="auto")
     ap.add_argument("--profile-below", type=float, default=0.8,
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "bench" / "results"))
     ap.add_argument("--cache", help="keep the built source here and reuse it (default: a temp dir)")
     args = ap.parse_args(argv)
-    actor_counts = [int(x) for x in args.actors.split(",")]
+    actor_counts = [int(x) for x in args.actors.split(",") if x]
     load0 = [round(x, 1) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="a2a-") as tmp:
         work = Path(tmp)
@@ -370,14 +370,14 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.repeat):  # interleaved: a floor and the robo-ray runs with as many workers, close in time
             tries["decode"].append(floor(files, 1, args.vcodec, fps, encode=False))
             for n in actor_counts:
-                tries[f"floor {n}"].append(floor(files, n, args.vcodec, fps))
-                for actors in ([None, n] if n == 1 else [n]):
+                tries[f"floor {max(n, 1)}"].append(floor(files, max(n, 1), args.vcodec, fps))
+                for actors in {0: [None], 1: [None, 1]}.get(n, [n]):
                     tries[f"run {actors}"].append(robo_ray_run(src, fps, args.vcodec, actors, work))
             print(f"pass {rep + 1}: " + ", ".join(f"{k} {v[-1]['fps']:.0f}" for k, v in tries.items()) + " fps",
                   flush=True)
         best = {k: max(v, key=lambda x: x["fps"]) for k, v in tries.items()}  # the least disturbed by other jobs
-        floors = {n: best[f"floor {n}"] for n in actor_counts}
-        rows = [best[f"run {a}"] for a in ([None] if 1 in actor_counts else []) + actor_counts]
+        floors = {max(n, 1): best[f"floor {max(n, 1)}"] for n in actor_counts}
+        rows = [best[f"run {a}"] for a in ([None] if {0, 1} & set(actor_counts) else []) + actor_counts if a != 0]
         worst = min(r["fps"] / floors[r["workers"]]["fps"] for r in rows)
         profile = None
         if args.profile == "always" or (args.profile == "auto" and worst < args.profile_below):

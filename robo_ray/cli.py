@@ -152,6 +152,7 @@ def _executor(args: argparse.Namespace):
 
 
 _RAY_EXECUTORS: list[Any] = []  # the Ray executors this process made (entry() asks whether one started Ray)
+_OWN_PROCESS = False  # set by entry(): the process is robo-ray's own (not a test's or a user's calling main())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -163,6 +164,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     executor = _executor(args)
     if executor is not None:  # Ray comes up (~6 s) while the pipeline's modules import and Discover runs
         executor.start()
+    elif _OWN_PROCESS:  # the console script's in-process run: no pandas object ever reaches pyarrow here
+        from robo_ray.arrow_pandas import defer_pandas_import
+
+        defer_pandas_import()
     from robo_ray.stages.pipeline import run_pipeline
 
     bar = _progress_printer()
@@ -424,6 +429,8 @@ def entry() -> None:
     Ray's atexit shutdown (2-3 s stopping the head processes and workers one by one): Ray's processes, all under
     this process, are killed with their agents and workers (`RayExecutor.stop_now`), and waited for; one that
     joined a cluster disconnects its driver first."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
     exit_now(main())
 
 

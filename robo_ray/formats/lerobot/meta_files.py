@@ -2,7 +2,6 @@
 its (renumbered) units' results."""
 from __future__ import annotations
 
-import io
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +11,7 @@ from robo_ray.formats.lerobot.depth import video_info as depth_video_info
 from robo_ray.formats.lerobot.layout import Feature
 from robo_ray.formats.lerobot.paths import BOOKKEEPING, CODEBASE_VERSION, DATA_PATH, INFO, STATS, TASKS, VIDEO_PATH
 from robo_ray.formats.lerobot.stats import Agg, image_stats, merge_aggs, merge_image_json, stats_json
+from robo_ray.formats.lerobot.tasks_file import tasks_parquet
 from robo_ray.formats.lerobot.trainer_meta import MODALITY, modality_json
 from robo_ray.formats.lerobot.unit_copies import copied_camera_info
 from robo_ray.readers.base import Inventory
@@ -24,12 +24,7 @@ if TYPE_CHECKING:
 def build_meta(w: "LeRobotWriter", results: list[UnitResult], inv: Inventory | None, tasks: dict[str, int],
                episodes: int, frames: int) -> dict[str, bytes]:
     """tasks.parquet, stats.json, modality.json, info.json from the (renumbered) unit results."""
-    import pandas as pd
-
     names = sorted(tasks, key=tasks.__getitem__)
-    df = pd.DataFrame({"task_index": np.arange(len(names), dtype=np.int64)}, index=pd.Index(names, name="task"))
-    buf = io.BytesIO()
-    df.to_parquet(buf)
     merged: dict[str, dict[str, np.ndarray]] = {}
     for f in w.layout.features:
         parts = [r.extra["stats"][f.key] for r in results if (r.extra or {}).get("stats", {}).get(f.key)]
@@ -42,7 +37,7 @@ def build_meta(w: "LeRobotWriter", results: list[UnitResult], inv: Inventory | N
             if agg is not None:
                 merged[f.key] = agg.finish()
     info = info_json(w, inv, episodes, frames, len(names), results)
-    return {TASKS: buf.getvalue(), STATS: json.dumps(stats_json(merged), indent=2).encode(),
+    return {TASKS: tasks_parquet(names), STATS: json.dumps(stats_json(merged), indent=2).encode(),
             MODALITY: json.dumps(modality_json(w.layout, w.mapping), indent=4).encode(),
             INFO: json.dumps(info, indent=4).encode()}
 

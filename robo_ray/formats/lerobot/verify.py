@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from robo_ray.formats.lerobot.depth import PIX_FMT as DEPTH_PIX_FMT, is_depth_info
 from robo_ray.formats.lerobot.paths import CODEBASE_VERSION, DATA_PATH, EMPTY_EPISODES, INFO, STATS, TASKS, VIDEO_PATH
+from robo_ray.formats.lerobot.tasks_file import read_tasks
 from robo_ray.formats.lerobot.trainer_meta import MODALITY, NORM_STATS, modality_json, openpi_norm_stats, slice_problems
 from robo_ray.formats.lerobot.unit_check import LeRobotUnitVerifier
 from robo_ray.formats.lerobot.unit_copies import copy_summary
@@ -272,13 +273,13 @@ class LeRobotVerifier(LeRobotUnitVerifier):
         if not self.fs.exists(p):
             res.add("tasks", False, f"{TASKS} missing")
             return []
-        # what pd.read_parquet does (pyarrow engine), without its ParquetDataset (pyarrow.dataset's import)
-        df = pq.ParquetFile(io.BytesIO(self.fs.cat_file(p))).read().to_pandas()
-        tasks = [str(x) for x in df.index]
-        ok = (df.index.name == "task" and list(df["task_index"]) == list(range(len(df)))
+        # what pd.read_parquet makes of it: the pandas metadata's index column holds the task strings
+        tf = read_tasks(self.fs.cat_file(p))
+        tasks = tf.tasks
+        ok = (tf.index_name == "task" and tf.task_index == list(range(len(tasks)))
               and len(set(tasks)) == len(tasks) and len(tasks) == info.get("total_tasks"))
         res.add("tasks", ok, f"{len(tasks)} tasks, the task string is the index, task_index 0..K-1" if ok else
-                f"{TASKS}: index {df.index.name!r}, task_index {list(df['task_index'])[:10]}, "
+                f"{TASKS}: index {tf.index_name!r}, task_index {tf.task_index[:10]}, "
                 f"total_tasks={info.get('total_tasks')}")
         return tasks
 
