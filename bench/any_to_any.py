@@ -40,6 +40,7 @@ import pickle
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -308,6 +309,12 @@ def markdown(res: dict[str, Any]) -> list[str]:
     md += _table(["workers", "robo-ray", "floor fps", "robo-ray fps (conversion)", "ratio", "steady fps",
                   "steady ratio", "whole command fps", "floor CPU ms/frame", "robo-ray CPU ms/frame (whole command)",
                   "floor video B/frame", "robo-ray video / all B/frame"], table)
+    passes = res.get("pass_ratios") or {}
+    if passes:
+        md += ["", "Ratio in each pass (the run against the floor measured just before it, in the same pass; the table's "
+               "ratio is the best run against the best floor): " + "; ".join(
+                   f"{mode} {', '.join(f'{x:.2f}' for x in v)} (median {statistics.median(v):.2f})"
+                   for mode, v in passes.items()) + "."]
     md += ["", f"JPEG decode alone (simplejpeg to RGB, 1 process): {res['jpeg_decode_only']['fps']:.0f} fps.", "",
            ("Where a whole command's time goes (seconds; start-up = launch to job.json: imports, discover, plan; "
             "convert = job.json to the last unit commit, Ray's and the actors' start included; then finalize, "
@@ -396,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
                          "steady": None if r["fps_steady"] is None else r["fps_steady"] / floors[r["workers"]]["fps"],
                          "whole_command": r["fps_wall"] / floors[r["workers"]]["fps"]} for r in rows],
               "repeat": args.repeat, "all_fps": {k: [round(x["fps"], 1) for x in v] for k, v in tries.items()},
+              # each pass's run against the floor of the same pass (a shared machine's load moves both together)
+              "pass_ratios": {r["mode"]: [round(run["fps"] / fl["fps"], 3) for run, fl in
+                                          zip(tries[f"run {None if r['mode'] == 'in-process' else r['workers']}"],
+                                              tries[f"floor {r['workers']}"])] for r in rows},
               "profile": profile, "command": cmd.strip()}
     label = f"{name}-{args.vcodec}"
     outdir = Path(args.out)

@@ -62,3 +62,38 @@ def test_corrupted_record_is_detected(tmp_path) -> None:
         list(read_records(io.BytesIO(bytes(data))))
     with pytest.raises(ValueError, match="truncated"):
         list(read_records(io.BytesIO(bytes(data[:-3]))))
+
+
+# item lengths whose varints take 1, 2, 3 and 4 bytes (the walker reads 2 and 3 bytes in one step)
+BOUNDARY_LENGTHS = [0, 1, 127, 128, 129, 300, 16383, 16384, 16385, 2 ** 21 - 1, 2 ** 21]
+
+
+def test_bytes_items_of_every_varint_length_decode_as_written() -> None:
+    rng = np.random.default_rng(5)
+    items = [rng.bytes(n) for n in BOUNDARY_LENGTHS]
+    for feats in ({"steps/image": items}, {"steps/image": items[::-1], "steps/x": np.arange(3, dtype=np.int64)}):
+        got = decode_example(encode_example(feats))
+        assert got["steps/image"] == feats["steps/image"]
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_an_item_length_cut_by_the_end_of_its_list_is_corrupt(keep: int) -> None:
+    """A BytesList ending inside its last item's 3-byte length (the enclosing lengths consistent): corrupt."""
+    from robo_ray.formats.rlds.example import _len_field
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while n >= 0x80:
+            out.append(n & 0x7F | 0x80)
+            n >>= 7
+        return bytes(out + bytes([n]))
+
+    items = _len_field(1, b"a" * 300) + (b"\x0a" + varint(20000))[:1 + keep]  # the last length cut after `keep`
+    feature = _len_field(1, items)  # Feature.bytes_list
+    entry = _len_field(1, b"steps/image") + _len_field(2, feature)
+    example = _len_field(1, _len_field(1, entry))  # Example.features.feature[...]
+    with pytest.raises(ValueError):
+        decode_example(example)
+    whole = _len_field(1, _len_field(1, _len_field(1, b"steps/image") + _len_field(2, _len_field(1, _len_field(
+        1, b"a" * 300) + _len_field(1, b"b" * 20000)))))
+    assert decode_example(whole)["steps/image"] == [b"a" * 300, b"b" * 20000]  # the same, uncut, decodes

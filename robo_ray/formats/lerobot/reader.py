@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import pyarrow as pa
 
+from robo_ray.arrow_lists import list_values
 from robo_ray.episode import Episode, EpisodeRef, FeatureSpec, RefTable, VideoRef
 from robo_ray.errors import DataCorrupt, SourceFormatError, UnknownFormat, UnsafeInput
 from robo_ray.formats.lerobot.depth_read import depth_name, is_depth_info, read_depth
@@ -469,7 +470,7 @@ def column_to_numpy(column: pa.ChunkedArray, spec: FeatureSpec, ref: EpisodeRef)
     while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
         if arr.null_count:
             raise DataCorrupt(f"{ref.data_path}: column {spec.key!r} has null rows")
-        arr = arr.flatten()
+        arr = list_values(arr)
     if arr.null_count:
         raise DataCorrupt(f"{ref.data_path}: column {spec.key!r} has null values")
     values = arr.to_numpy(zero_copy_only=False)

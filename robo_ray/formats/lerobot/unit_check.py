@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robo_ray.arrow_lists import list_values
 from robo_ray.formats.lerobot.paths import INFO, VIDEO_PATH
 from robo_ray.formats.lerobot.unit_view import (UnitView, meta_problems, numbering_problems, problem_detail,
                                                 schema_problem)
@@ -332,7 +333,7 @@ def _copied(u: UnitView, key: str) -> str | None:
 def _flat(column: pa.ChunkedArray) -> np.ndarray:
     arr = column.combine_chunks()
     while pa.types.is_list(arr.type) or pa.types.is_fixed_size_list(arr.type) or pa.types.is_large_list(arr.type):
-        arr = arr.flatten()
+        arr = list_values(arr)
     return arr.to_numpy(zero_copy_only=False)
 
 

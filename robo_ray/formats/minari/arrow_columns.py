@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from robo_ray.arrow_lists import list_values
 from robo_ray.episode import FeatureSpec
 from robo_ray.errors import DataCorrupt
 
@@ -38,7 +39,7 @@ def _arrow_leaf(arr: Any, key: str, field: Any, features: dict[str, FeatureSpec]
         out[key] = np.asarray(arr.to_pylist(), dtype=object)
         return
     if pa.types.is_fixed_size_list(t):
-        values = arr.flatten().to_numpy(zero_copy_only=False)
+        values = list_values(arr).to_numpy(zero_copy_only=False)
         spec = features.get(key)
         shape: tuple[int, ...] = (t.list_size,)
         meta = field.metadata if field is not None else None

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from robo_ray.arrow_lists import list_values
 from robo_ray.formats.ortf.layout import MANIFEST, episode_id, steps_schema
 from robo_ray.stages.check_records import UnitCheck
 from robo_ray.stages.norm_stats import StatsAccumulator
@@ -164,7 +165,7 @@ class OrtfUnitVerifier:
             t = col.type.value_type if pa.types.is_fixed_size_list(col.type) else col.type
             if pa.types.is_floating(t):
                 flat = col.combine_chunks()
-                arr = (flat.flatten() if pa.types.is_fixed_size_list(col.type) else flat).to_numpy(zero_copy_only=False)
+                arr = (list_values(flat) if pa.types.is_fixed_size_list(col.type) else flat).to_numpy(zero_copy_only=False)
                 n_bad += int((~np.isfinite(arr)).sum())
         c.count("nonfinite", n_bad)
         return table
@@ -175,7 +176,7 @@ class OrtfUnitVerifier:
         out: dict[str, np.ndarray] = {}
         for target, col in self.layout.columns.items():
             c = part[col].combine_chunks()
-            arr = (c.flatten() if pa.types.is_fixed_size_list(c.type) else c).to_numpy(zero_copy_only=False)
+            arr = (list_values(c) if pa.types.is_fixed_size_list(c.type) else c).to_numpy(zero_copy_only=False)
             out[target] = np.asarray(arr).reshape(n, -1)
         if self.layout.reward:
             out["reward"] = part["reward"].to_numpy().reshape(n, 1)

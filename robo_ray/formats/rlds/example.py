@@ -193,13 +193,24 @@ class _Walker:
     def varint(self, end: int, raw: bytearray | None = None) -> int:
         """The varint at the position (its bytes appended to `raw`), within the message ending at `end`."""
         r = self.r
-        if type(r) is _Memory and r.remaining > end and r.mv[r.pos] < 0x80:  # the usual one-byte varint
-            v = r.mv[r.pos]
-            r.pos += 1
-            r.remaining -= 1
-            if raw is not None:
-                raw.append(v)
-            return v
+        if type(r) is _Memory and r.remaining > end:
+            mv, p = r.mv, r.pos
+            v = mv[p]
+            if v < 0x80:  # the usual one-byte varint (a tag, a number)
+                r.pos += 1
+                r.remaining -= 1
+                if raw is not None:
+                    raw.append(v)
+                return v
+            if r.remaining - end >= 3 and (mv[p + 1] < 0x80 or mv[p + 2] < 0x80):
+                # two or three bytes (an item length of 128 B .. 2 MB: a JPEG frame), all inside the message
+                n = 2 if mv[p + 1] < 0x80 else 3
+                v = (v & 0x7F) | (mv[p + 1] & 0x7F) << 7 | ((mv[p + 2] << 14) if n == 3 else 0)
+                r.pos += n
+                r.remaining -= n
+                if raw is not None:
+                    raw.extend(mv[p:p + n])
+                return v
 
         def one(n: int) -> bytes | memoryview:
             b = self.read(n, end) if self.r.remaining - end >= n else b""
