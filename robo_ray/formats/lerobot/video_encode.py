@@ -117,7 +117,7 @@ class ImageHistogram:
     one call and one list of 768 counts per batch; per frame that list's conversion cost as much as the count),
     others by a bincount per channel. `hist` is current whenever it is read."""
 
-    BATCH_BYTES = 4 << 20  # sampled (downsampled) frames held before they are counted
+    BATCH_BYTES = 256 << 10  # sampled (downsampled) frames held before they are counted (larger blocks: page faults)
 
     def __init__(self, channels: int = 3) -> None:
         self._hist = np.zeros((channels, 256), dtype=np.int64)
