@@ -54,3 +54,36 @@ def test_batches_of_mixed_sizes_and_past_the_batch_limit(monkeypatch) -> None:
     other.add(frames[0])
     other.merge(h.hist, h.frames)
     np.testing.assert_array_equal(other.hist, _bincount([frames[0], *frames], 3))
+
+
+def test_a_forked_child_counts_with_its_own_thread() -> None:
+    """The counting thread does not survive a fork: a child that counts must not wait for it forever."""
+    import os
+
+    rng = np.random.default_rng(3)
+    frames = [rng.integers(0, 256, (40, 30, 3), dtype=np.uint8) for _ in range(3)]
+    parent = ImageHistogram(3)
+    parent.add(frames[0])
+    _ = parent.hist  # the parent's counting thread exists now
+    pid = os.fork()
+    if pid == 0:  # the child: count, compare, exit with the verdict (no pytest teardown in the child)
+        code = 1
+        try:
+            h = ImageHistogram(3)
+            for f in frames:
+                h.add(f)
+            code = 0 if np.array_equal(h.hist, _bincount(frames, 3)) else 2
+        finally:
+            os._exit(code)
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child hung counting its histogram")

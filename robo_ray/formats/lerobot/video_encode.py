@@ -14,6 +14,8 @@ and mergeable across episodes and units by adding histograms.
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable
@@ -110,12 +112,42 @@ def downsample(arr: np.ndarray, target: int = 150, threshold: int = 300) -> np.n
     return arr[::f, ::f]
 
 
+_COUNTER: ThreadPoolExecutor | None = None  # the thread that counts histogram batches (one per process)
+_COUNTER_LOCK = threading.Lock()
+
+
+def _counter() -> ThreadPoolExecutor:
+    global _COUNTER
+    with _COUNTER_LOCK:
+        if _COUNTER is None:
+            _COUNTER = ThreadPoolExecutor(1, thread_name_prefix="robo-ray-histogram")
+        return _COUNTER
+
+
+def _forget_counter() -> None:  # a forked child has no threads: it starts its own counter when it needs one
+    global _COUNTER, _COUNTER_LOCK
+    _COUNTER, _COUNTER_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_counter)
+
+
+def _pil_counts(frames: list[np.ndarray]) -> np.ndarray:
+    """The per-channel counts of same-sized uint8 frames (HxWx1 or HxWx3), stacked: PIL's C histogram."""
+    block = np.concatenate(frames, axis=0) if len(frames) > 1 else frames[0]
+    if block.shape[2] == 1:
+        block = block[:, :, 0]
+    return np.asarray(Image.fromarray(block).histogram(), dtype=np.int64)  # mode L / RGB from the shape
+
+
 class ImageHistogram:
     """Per-channel 256-bin histogram of sampled uint8 frames: exact statistics on the 0..1 scale, mergeable.
 
-    8-bit RGB / gray frames are counted by PIL's C histogram, a batch at a time (the frames of one size stacked:
-    one call and one list of 768 counts per batch; per frame that list's conversion cost as much as the count),
-    others by a bincount per channel. `hist` is current whenever it is read."""
+    8-bit RGB / gray frames are copied as they are sampled and counted by PIL's C histogram a batch at a time (the
+    frames of one size stacked: one call and one list of 768 counts per batch; per frame that list's conversion
+    cost as much as the count), in the process's counting thread, while the caller decodes and encodes the next
+    frames (PIL and numpy count and copy without the GIL); other frames by a bincount per channel, at once.
+    `hist` waits for the batches handed over and is current whenever it is read."""
 
     BATCH_BYTES = 256 << 10  # sampled (downsampled) frames held before they are counted (larger blocks: page faults)
 
@@ -124,10 +156,14 @@ class ImageHistogram:
         self.frames = 0
         self._pending: list[np.ndarray] = []
         self._pending_bytes = 0
+        self._counting: list[Future[np.ndarray]] = []
 
     @property
     def hist(self) -> np.ndarray:
         self._count_pending()
+        for fut in self._counting:
+            self._hist += fut.result().reshape(self._hist.shape)
+        self._counting = []
         return self._hist
 
     def add(self, rgb: np.ndarray) -> None:
@@ -137,7 +173,7 @@ class ImageHistogram:
         if small.dtype == np.uint8 and small.ndim == 3 and small.shape[2] == channels and channels in (1, 3):
             if self._pending and self._pending[0].shape != small.shape:
                 self._count_pending()
-            self._pending.append(np.ascontiguousarray(small))  # a copy when strided or a view of a reused buffer
+            self._pending.append(np.array(small, order="C"))  # a copy: the caller may reuse its frame's memory
             self._pending_bytes += small.nbytes
             if self._pending_bytes >= self.BATCH_BYTES:
                 self._count_pending()
@@ -146,18 +182,12 @@ class ImageHistogram:
             self._hist[c] += np.bincount(small[:, :, c].ravel(), minlength=256)
 
     def _count_pending(self) -> None:
-        if not self._pending:
-            return
-        block = np.concatenate(self._pending, axis=0) if len(self._pending) > 1 else self._pending[0]
-        if block.shape[2] == 1:
-            block = block[:, :, 0]
-        counts = np.asarray(Image.fromarray(block).histogram(), dtype=np.int64)  # mode L / RGB from the shape
-        self._hist += counts.reshape(self._hist.shape)
-        self._pending, self._pending_bytes = [], 0
+        if self._pending:
+            self._counting.append(_counter().submit(_pil_counts, self._pending))
+            self._pending, self._pending_bytes = [], 0
 
     def merge(self, hist: np.ndarray, frames: int) -> None:
-        self._count_pending()
-        self._hist += np.asarray(hist, dtype=np.int64)
+        self.hist[...] += np.asarray(hist, dtype=np.int64)
         self.frames += int(frames)
 
     def stats(self) -> dict[str, np.ndarray]:
