@@ -23,7 +23,10 @@ def frame_array(frame: av.VideoFrame, fmt: str) -> np.ndarray:
     r = getattr(_REFORMAT, "r", None)
     if r is None:
         r = _REFORMAT.r = VideoReformatter()
-    return r.reformat(frame, format=fmt).to_ndarray()
+    # threads=1: swscale's default (0, automatic) starts slice threads with every context, and a forked child
+    # (subprocess with a preexec_fn, as Ray starts its GCS) frees the other threads' thread-local contexts: the
+    # teardown of slice threads that do not exist in the child waited forever (tests/unit/test_images.py)
+    return r.reformat(frame, format=fmt, threads=1).to_ndarray()
 
 
 @dataclass(frozen=True)

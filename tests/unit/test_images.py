@@ -74,3 +74,31 @@ def test_frame_array_is_to_ndarray_bit_for_bit() -> None:
             assert got.shape == want.shape and np.array_equal(got, want), (f.format.name, f.colorspace, fmt)
     kept = [frame_array(f, "rgb24") for f in frames]  # arrays stay valid after later conversions
     assert all(np.array_equal(a, f.to_ndarray(format="rgb24")) for a, f in zip(kept, frames))
+
+
+FORK_AFTER_FRAME_ARRAY = """
+import subprocess, threading
+import av, numpy as np
+from robo_ray.images import frame_array
+f = av.VideoFrame.from_ndarray(np.zeros((64, 64, 3), np.uint8), format="rgb24").reformat(format="yuv420p")
+t = threading.Thread(target=frame_array, args=(f, "rgb24"))  # a thread-local swscale context in another thread
+t.start(); t.join()
+frame_array(f, "rgb24")
+s = threading.Thread(target=subprocess.run, args=(["true"],), kwargs={"preexec_fn": lambda: None, "check": True})
+s.start(); s.join()  # fork + Python in the child, from a thread: how Ray starts its GCS in RayExecutor's starter
+print("ok")
+"""
+
+
+def test_a_fork_after_frame_array_does_not_hang() -> None:
+    """The child of a fork frees the other threads' thread-local swscale contexts; with slice threads (swscale's
+    default) that waited forever on threads the child does not have: test_discover_scan's Ray start hung so."""
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-c", FORK_AFTER_FRAME_ARRAY], capture_output=True, text=True,
+                             timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the fork's child hung freeing a swscale context") from None
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
