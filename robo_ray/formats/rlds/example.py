@@ -17,7 +17,7 @@ import numpy as np
 
 from robo_ray.formats.rlds.spool import BytesSpool
 from robo_ray.formats.rlds.errors import CorruptRecord
-from robo_ray.formats.rlds.varint import read_varint_from
+from robo_ray.formats.rlds.varint import read_varint, read_varint_from
 from robo_ray.formats.rlds.varint import varint as _varint
 
 FeatureValue = Union[np.ndarray, Sequence[bytes], BytesSpool]
@@ -193,23 +193,16 @@ class _Walker:
     def varint(self, end: int, raw: bytearray | None = None) -> int:
         """The varint at the position (its bytes appended to `raw`), within the message ending at `end`."""
         r = self.r
-        if type(r) is _Memory and r.remaining > end:
-            mv, p = r.mv, r.pos
-            v = mv[p]
-            if v < 0x80:  # the usual one-byte varint (a tag, a number)
-                r.pos += 1
-                r.remaining -= 1
+        if type(r) is _Memory and r.remaining > end:  # in memory: the whole varint at once (a JPEG's length: 2-3 B)
+            p = r.pos
+            try:
+                v, q = read_varint(r.mv, p, p + r.remaining - end)
+            except CorruptRecord:
+                pass  # cut by the message's end or overlong: the byte-wise read below says where
+            else:
+                r.pos, r.remaining = q, r.remaining - (q - p)
                 if raw is not None:
-                    raw.append(v)
-                return v
-            if r.remaining - end >= 3 and (mv[p + 1] < 0x80 or mv[p + 2] < 0x80):
-                # two or three bytes (an item length of 128 B .. 2 MB: a JPEG frame), all inside the message
-                n = 2 if mv[p + 1] < 0x80 else 3
-                v = (v & 0x7F) | (mv[p + 1] & 0x7F) << 7 | ((mv[p + 2] << 14) if n == 3 else 0)
-                r.pos += n
-                r.remaining -= n
-                if raw is not None:
-                    raw.extend(mv[p:p + n])
+                    raw.extend(r.mv[p:q])
                 return v
 
         def one(n: int) -> bytes | memoryview:
