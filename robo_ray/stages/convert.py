@@ -301,6 +301,7 @@ class UnitConverter:
             raise type(exc)(f"{exc} (episode {ep.episode_index} camera {fm.source})") from exc
         src_h, src_w = self.reader.features[fm.source].shape[:2]
         if (stream.height, stream.width) != (src_h, src_w):
+            self.videos.drop(local_path)  # ends its lease: a leased stream is never closed by the pool
             raise VideoDecodeError(f"{path}: video is {stream.width}x{stream.height}, the source declares "
                                    f"{src_w}x{src_h} (episode {ep.episode_index})")
         return stream

@@ -76,3 +76,41 @@ def test_more_files_than_the_pool_holds_with_a_decoding_thread_per_camera(tmp_pa
     ledger = json.loads((out / "ledger.json").read_text())
     steps = [int(s) for sh in ledger["shards"] for _, s in sh["episodes"]]
     assert steps == lengths
+
+
+def test_a_video_refused_for_its_size_is_not_kept_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Episodes whose MP4 is not the size info.json declares are quarantined; their streams must not stay leased
+    (a leased stream is never closed: one open file per bad episode until the converter closes)."""
+    import json
+
+    import robo_ray.stages.convert as convert_mod
+
+    src = tmp_path / "src"
+    write_lerobot_dataset(src, DatasetSpec(version="v2.1", episode_lengths=[6] * 5, fps=10,
+                                           cameras=[CameraSpec("observation.images.top", "h264", 32, 32)]))
+    bad = sorted(src.rglob("episode_00000[0-2].mp4"))
+    assert len(bad) == 3
+    for p in bad:
+        p.unlink()
+        _mp4(p, frames=6)  # 16x16, the features say 32x32
+    leased_at_get: list[int] = []
+
+    class WatchedPool(VideoPool):
+        def get(self, path, open_file):  # type: ignore[override]
+            leased_at_get.append(sum(1 for s in self._streams.values() if s.leased))
+            return super().get(path, open_file)
+
+    monkeypatch.setattr(convert_mod, "VideoPool", WatchedPool)
+    from robo_ray.config import load_config
+    from robo_ray.stages.pipeline import run_pipeline
+
+    out = tmp_path / "out"
+    outcome = run_pipeline(load_config(None, ["validate.tfds_readback=false", "plan.min_shards=1"],
+                                       **{"source.url": str(src), "target.url": str(out), "target.format": "rlds"}))
+    assert outcome.exit_code == 3, outcome.message  # done, with quarantined episodes
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert sorted(int(e) for sh in ledger["shards"] for e, _ in sh["episodes"]) == [3, 4]
+    quarantined = [q for sh in ledger["shards"] for q in sh["quarantined"]]
+    assert sorted(int(q["episode_index"]) for q in quarantined) == [0, 1, 2]
+    assert all("video is 16x16" in q["reason"] for q in quarantined), quarantined
+    assert len(leased_at_get) == 5 and max(leased_at_get) == 0, leased_at_get
