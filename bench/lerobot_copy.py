@@ -10,7 +10,12 @@ and cached under --cache: --episodes x --frames, two cameras --size, H.264 and A
       runs it (`validate.sample_episodes=0`: the per-unit re-read still decodes first / middle / last of every
       episode): the whole command and its conversion (job.json to the last unit's commit);
   (c) the limits of the copy path on the same bytes: reading every file of the source (data parquet + MP4s, from
-      the page cache after the runs above), and demuxing every packet of every MP4 with PyAV (no decode).
+      the page cache after the runs above), and demuxing every packet of every MP4 with PyAV (no decode);
+  (d) robo-ray's floor for this command: a fresh Python importing what an in-process LeRobot run imports (IMPORTS),
+      plus demuxing every packet and decoding, with PyAV alone, the frames the copy checks (the group of pictures
+      of the first / middle / last frame and the statistics keyframes of every episode camera, the same picks as
+      robo_ray.formats.lerobot.video_copy) and converting them to RGB. The sum bounds how far the whole command
+      can get below lerobot's process with these checks on this machine.
 
 frames = steps x cameras. Every measurement is taken --repeat times and the fastest kept (lerobot's process and
 robo-ray in-process: the one with the least CPU time, the measure they are compared by).
@@ -38,6 +43,9 @@ from bench.throughput import environment
 
 REPO = Path(__file__).resolve().parent.parent
 CAMERAS = (("observation.images.top", "h264"), ("observation.images.wrist", "av1"))
+# what an in-process `robo-ray run SRC OUT --to lerobot` imports (the libraries and robo-ray's modules of the run)
+IMPORTS = ("import numpy, av, pyarrow.parquet, robo_ray.cli, robo_ray.stages.pipeline, robo_ray.stages.validate, "
+           "robo_ray.stages.report_html, robo_ray.formats.lerobot.reader, robo_ray.formats.lerobot.writer")
 LEROBOT_CONVERT = """
 import json, logging, sys, time
 t0 = time.perf_counter()
@@ -108,6 +116,51 @@ def read_limit(src: Path) -> dict[str, Any]:
             "demux_seconds": time.perf_counter() - t0, "demux_cpu_seconds": time.process_time() - c0}
 
 
+def import_floor(repeat: int = 3) -> dict[str, Any]:
+    """A fresh Python importing IMPORTS (compiled bytecode): the least-CPU of `repeat` runs."""
+    runs = []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), _children_cpu()
+        subprocess.run([sys.executable, "-c", IMPORTS], cwd=REPO, check=True)
+        runs.append({"seconds": time.perf_counter() - t0, "cpu_seconds": _children_cpu() - c0})
+    return _best(runs, "cpu_seconds")
+
+
+def checked_decode_floor(src: Path) -> dict[str, Any]:
+    """Demux every packet of every MP4 and decode (PyAV, one thread) the frames the copy checks, to RGB."""
+    from robo_ray.formats.lerobot.video_copy import STATS_KEYFRAMES, _wanted
+
+    assert STATS_KEYFRAMES > 0
+    rgb = av.video.reformatter.VideoReformatter()  # one swscale context (to_ndarray(format=) makes one a frame)
+    t0, c0 = time.perf_counter(), time.process_time()
+    decoded = 0
+    for p in sorted(src.rglob("*.mp4")):
+        with av.open(str(p)) as c:
+            s = c.streams.video[0]
+            ticks = int(1 / (s.guessed_rate * s.time_base))
+            packets = [k for k in c.demux(s) if k.dts is not None]
+            base = packets[0].pts
+            rel = [(k.pts - base, bool(k.is_keyframe)) for k in packets]
+            checks, stats = _wanted(rel, len(rel), ticks, True)
+            gop, gops, frames_in = -1, [], {}
+            for r, key in rel:
+                gop += key or gop < 0
+                gops.append(gop)
+                frames_in.setdefault(gop, set()).add(r // ticks)
+            whole = {g for g, fr in frames_in.items() if fr & checks}
+            cc = s.codec_context
+            cc.thread_count = 1
+            for k, pk in enumerate(packets):
+                if gops[k] in whole or (rel[k][1] and rel[k][0] // ticks in stats):
+                    for f in cc.decode(pk):
+                        rgb.reformat(f, format="rgb24").to_ndarray()
+                        decoded += 1
+            for f in cc.decode(None):
+                rgb.reformat(f, format="rgb24").to_ndarray()
+                decoded += 1
+    return {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "decoded": decoded}
+
+
 def _best(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return min(runs, key=lambda r: r[key])
 
@@ -124,6 +177,14 @@ def markdown(res: dict[str, Any]) -> list[str]:
                  (f"robo-ray {r['mode']}: conversion (job.json -> last commit)", r["convert_seconds"], None)]
     rows += [("limit: read every source byte", lim["read_seconds"], lim["read_cpu_seconds"]),
              ("limit: demux every MP4 packet (PyAV)", lim["demux_seconds"], lim["demux_cpu_seconds"])]
+    fl = res.get("floor")
+    if fl:
+        imp, dec = fl["imports"], fl["checked_decode"]
+        rows += [("floor: a fresh Python importing what a run imports", imp["seconds"], imp["cpu_seconds"]),
+                 (f"floor: demux + decode the {dec['decoded']} frames the copy checks, to RGB (PyAV)",
+                  dec["seconds"], dec["cpu_seconds"]),
+                 ("floor: the two together", imp["seconds"] + dec["seconds"],
+                  imp["cpu_seconds"] + dec["cpu_seconds"])]
     env = res["environment"]
     md = [f"# LeRobot v2.1 -> v3.0, copied video: {res['name']}", "",
           f"{res['episodes']} episodes x {res['frames_per_episode']} steps = {s} steps, {len(CAMERAS)} cameras "
@@ -143,6 +204,12 @@ def markdown(res: dict[str, Any]) -> list[str]:
            f"(job.json -> last commit) against the read limit: {lim['read_seconds'] / inproc['convert_seconds']:.3f}; "
            f"against the demux limit: {lim['demux_seconds'] / inproc['convert_seconds']:.2f}.",
            "", "robo-ray's video copy line: " + res["copy_line"]]
+    if fl:
+        floor_cpu = fl["imports"]["cpu_seconds"] + fl["checked_decode"]["cpu_seconds"]
+        md += ["", f"robo-ray's floor (imports + demux + the checked frames' decode: {floor_cpu:.2f} CPU s) bounds the "
+               f"whole command's ratio to lerobot's converter process at {le['process_cpu_seconds'] / floor_cpu:.1f}x "
+               f"by CPU time on this machine, before any parquet, muxing, unit re-read, validation or report; the "
+               f"whole command spends {inproc['cpu_seconds_reaped'] - floor_cpu:.2f} CPU s beyond it."]
     return md
 
 
@@ -187,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
            "lerobot": _best(le_runs, "process_cpu_seconds"),
            "robo_ray": [_best(rr_runs["in"], "cpu_seconds_reaped")] + [_best(rr_runs[str(a)], "wall_seconds")
                                                                 for a in actors],
-           "limits": read_limit(src), "copy_line": line, "command": env["command"], "environment": env}
+           "limits": read_limit(src),
+           "floor": {"imports": import_floor(), "checked_decode": checked_decode_floor(src)}, "copy_line": line, "command": env["command"], "environment": env}
     res["environment"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     outdir = REPO / "bench" / "results"
     outdir.mkdir(parents=True, exist_ok=True)
