@@ -126,5 +126,5 @@ class UnitDatasink(Datasink):
                            f"{sorted(set(self.units_per_task))}")
         for task_results in write_result.write_returns:
             for res in task_results:
-                publisher.record(res)
+                publisher.record(res, part_written=True)  # `_journal` wrote it on the worker
         self.outcome, _ = publisher.finish()

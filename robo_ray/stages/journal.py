@@ -86,8 +86,9 @@ class Journal:
         """Whether ledger.json may be rewritten during the run (cheap locally; never per unit on object stores)."""
         return self.local
 
-    def record(self, unit_index: int, result: dict[str, Any], lines: list[str]) -> None:
-        """A recorded unit: its progress lines (and, on object stores, its result row as one part)."""
+    def record(self, unit_index: int, result: dict[str, Any], lines: list[str], part_written: bool = False) -> None:
+        """A recorded unit: its progress lines (and, on object stores, its result row as one part, unless the task
+        that committed the unit wrote it: `part_written`)."""
         if self.local:
             if lines:
                 with open(self.progress_path, "a", encoding="utf-8") as f:
@@ -95,7 +96,8 @@ class Journal:
                     f.flush()
                     os.fsync(f.fileno())
             return
-        write_part(self.fs, self.root, unit_index, result, lines)
+        if not part_written:
+            write_part(self.fs, self.root, unit_index, result, lines)
 
     def merge(self) -> None:
         """At the end, after the complete ledger.json: the parts' lines appended to progress.jsonl in one streamed
@@ -157,11 +159,11 @@ class UnitLedger:
         old = self.results.get(res.shard_index)
         return not (old is not None and old.sha256 == res.sha256 and old.episodes == res.episodes)
 
-    def record(self, res: UnitResult, started: str | None, completed: str) -> None:
-        """A committed unit: its result kept, its progress lines (one per episode) journaled, ledger.json
-        rewritten when due."""
+    def record(self, res: UnitResult, started: str | None, completed: str, part_written: bool = False) -> None:
+        """A committed unit: its result kept, its progress lines (one per episode) journaled (`part_written`: its
+        journal part is on the destination already), ledger.json rewritten when due."""
         self.results[res.shard_index] = res
-        self.journal.record(res.shard_index, res.to_dict(), progress_lines(res, started, completed))
+        self.journal.record(res.shard_index, res.to_dict(), progress_lines(res, started, completed), part_written)
         self.flush()
 
     def ledger(self, complete: bool = False) -> dict[str, Any]:

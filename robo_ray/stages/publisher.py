@@ -150,8 +150,9 @@ class Publisher:
         self.tries.failed(unit_index, error)
         self.log.info(f"unit {unit_index}: attempt {self.tries.attempts.get(unit_index, 0)} raised {error}")
 
-    def record(self, row: UnitResult | dict[str, Any]) -> list[str]:
-        """A unit's shard is committed: journal it. Returns the problem lines echoed (empty when echoing live)."""
+    def record(self, row: UnitResult | dict[str, Any], part_written: bool = False) -> list[str]:
+        """A unit's shard is committed: journal it (`part_written`: the task that committed it wrote its journal
+        part). Returns the problem lines echoed (empty when echoing live)."""
         res = row if isinstance(row, UnitResult) else UnitResult.from_dict(row)
         check, res.check = res.check, None  # the worker's re-read of the unit: merged, never in the ledger
         self.tries.end(res.shard_index)
@@ -164,7 +165,7 @@ class Publisher:
             self.log.problem(QuarantineRecord(**q).line())
         self.log.info(f"shard {res.filename}: {len(res.episodes)} episodes, {res.num_bytes} bytes, "
                       f"sha256 {res.sha256}")
-        self.book.record(res, self.tries.started.get(res.shard_index), utc_now())
+        self.book.record(res, self.tries.started.get(res.shard_index), utc_now(), part_written)
         self.spec.clock.end("convert", mark="last_unit_committed")
         if echo_start is not None:
             return self.log.stderr.getvalue()[echo_start:].splitlines()

@@ -75,10 +75,20 @@ def _convert_log(out: Path) -> str:
     return (out / "logs" / "convert.log").read_text()
 
 
-def test_rlds_bytes_equal_cli_local(ray_local, lerobot, tmp_path):
+def test_rlds_bytes_equal_cli_local(ray_local, lerobot, tmp_path, monkeypatch):
+    import robo_ray.stages.journal as journal_mod
+
     _cli(lerobot, tmp_path / "cli")
+    by_driver: list[int] = []  # journal parts the driver wrote (the write tasks, in Ray's workers, write theirs)
+    real_part = journal_mod.write_part
+    monkeypatch.setattr(journal_mod, "write_part", lambda fs, root, unit, *a: (by_driver.append(unit),
+                                                                               real_part(fs, root, unit, *a)))
     outcome = rd.write(rd.read(str(lerobot)), str(tmp_path / "rd"), config=NO_READBACK)
     assert outcome.exit_code == 0 and outcome.episodes_written == len(LENGTHS), outcome.message
+    assert by_driver == []  # each unit journaled once, by the task that committed it
+    progress = [json.loads(x) for x in (tmp_path / "rd" / "progress.jsonl").read_text().splitlines()]
+    assert sorted(x["episode_id"] for x in progress) == list(range(len(LENGTHS)))
+    assert not (tmp_path / "rd" / "journal").exists()
     cli, ours = _hashes(tmp_path / "cli", "rlds"), _hashes(tmp_path / "rd", "rlds")
     assert len(cli) >= 6 and ours == cli  # shards, features.json, dataset_info.json
     stats = json.loads((tmp_path / "rd" / "dataset_statistics.json").read_text())
