@@ -59,6 +59,19 @@ class DatasetFiles:
         return [posixpath.basename(q.rstrip("/")) for q in self._storage_call("listing", p, lambda: self.fs.ls(
             p, detail=False))]
 
+    def find_files(self, suffix: str, limit: int = 10_000) -> list[str]:
+        """Dataset-relative paths of up to `limit` files under the root whose names end with `suffix` (one
+        recursive listing: for hints about a misplaced layout, not for reading)."""
+        root = self.root.rstrip("/")
+        found = self._storage_call("listing", root, lambda: self.fs.find(root))
+        out = []
+        for q in found:
+            if q.endswith(suffix) and q.startswith(root + "/"):
+                out.append(q[len(root) + 1:])
+                if len(out) >= limit:
+                    break
+        return out
+
     def existing(self, rels: Iterable[str]) -> set[str]:
         """Which of the dataset-relative paths `rels` exist: one listing per distinct folder (paginated by the
         filesystem), not one existence call per file; a missing folder means its files are missing."""

@@ -66,6 +66,8 @@ def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksum
     lines += [f"- {STATUS_MARKS[c.status]} {c.name}: {c.detail}" for c in res.checks]
     if warnings:
         lines += ["", "## Warnings", "", *(f"- ⚠️ {w}" for w in warnings)]
+    if inv.findings:
+        lines += ["", "## Discover Findings", "", *finding_lines(inv)]
     if quarantined:
         lines += ["", "## Quarantined Episodes", "", "| Episode | Code | File | Reason |", "|---|---|---|---|"]
         lines += [f"| {q['episode_index']} | {q['code']} | {q.get('file') or ''} | {q['reason']} |"
@@ -75,6 +77,18 @@ def final_report(writer: Writer, inv: Inventory, res: ValidationResult, checksum
     lines += ["```", "", "## Usage", *writer.usage(), "", "## Checksums", "", "| File | SHA256 |", "|------|--------|"]
     lines += [f"| {n} | {h} |" for n, h in checksums.items()]
     return "\n".join(lines) + "\n"
+
+
+def finding_lines(inv: Inventory, per_code: int = 5) -> list[str]:
+    """Discover's findings for the final report, at most `per_code` of each code (inventory.json has them all)."""
+    shown: dict[str, int] = {}
+    lines: list[str] = []
+    for f in inv.findings:
+        n = shown[f.code] = shown.get(f.code, 0) + 1
+        if n <= per_code:
+            lines.append(f"- {f.level}[{f.code}]: {f.message}")
+    lines += [f"- ... and {n - per_code} more {code} (inventory.json)" for code, n in shown.items() if n > per_code]
+    return lines
 
 
 def write_archive(writer: Writer, checksums: dict[str, str]) -> str:

@@ -20,7 +20,7 @@ from robo_ray.formats.lerobot.depth_read import depth_name, is_depth_info, read_
 from robo_ray.formats.lerobot.language import column_json
 from robo_ray.formats.lerobot.paths import BOOKKEEPING, INFO
 from robo_ray.readers.naming import LANGUAGE_TEXT
-from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Inventory
+from robo_ray.readers.base import BUILTIN_METADATA, BaseReader, Finding, Inventory
 from robo_ray.safety import (MAX_EPISODE_LENGTH, MAX_EPISODES, check_count, check_declared_counts, check_shape,
                              render_path_template)
 from robo_ray.storage import join
@@ -155,6 +155,22 @@ def declare_features(features: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]
     return out
 
 
+# the fields each path template may use (v2.x and v3.0 spellings), to check a template given in source.options
+TEMPLATE_FIELDS = {"data_path": ("episode_chunk", "episode_index", "chunk_index", "file_index"),
+                   "video_path": ("episode_chunk", "episode_index", "video_key", "chunk_index", "file_index")}
+
+
+def _checked_template(key: str, template: Any) -> str:
+    """A path template from source.options: a string that renders with its fields and stays under the root."""
+    if not isinstance(template, str):
+        raise UnsafeInput(f"source.options.{key}: a path template string, not {type(template).__name__}")
+    try:
+        render_path_template(template, {f: (0 if f != "video_key" else "key") for f in TEMPLATE_FIELDS[key]})
+    except UnsafeInput as exc:
+        raise UnsafeInput(f"source.options.{key}: {exc}") from exc
+    return template
+
+
 class LeRobotReader(BaseReader):
     """Reads a LeRobot dataset from any fsspec URL."""
 
@@ -165,11 +181,22 @@ class LeRobotReader(BaseReader):
     def sniff(cls, fs: Any, root: str) -> bool:
         return bool(fs.exists(join(root, INFO)))
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, data_path: str | None = None,
+                 video_path: str | None = None) -> None:
+        """`data_path` / `video_path` (config `source.options`): path templates that replace info.json's, for a
+        dataset whose files are not where its info.json says (e.g. `video/{video_key}/...` against
+        `videos/{video_key}/...`); the same fields and checks as info.json's templates."""
         super().__init__(url, storage_options)
         self.info = self._read_json(INFO)
         if not isinstance(self.info, dict):
             raise SourceFormatError("meta/info.json is not a JSON object")
+        self.path_overrides: dict[str, tuple[Any, str]] = {}  # template key -> (info.json's value, the given one)
+        self.short_windows: list[str] = []  # the first video window read past its to_timestamp (D112)
+        self.short_windows_count = 0
+        for key, given in (("data_path", data_path), ("video_path", video_path)):
+            if given is not None:
+                self.path_overrides[key] = (self.info.get(key), _checked_template(key, given))
+                self.info = {**self.info, key: given}
         self.version = _parse_version(self.info.get("codebase_version"))
         self.features = parse_features(self.info.get("features"))
         fps = self.info.get("fps")
@@ -219,7 +246,14 @@ class LeRobotReader(BaseReader):
         try:
             return render_path_template(template, fields)
         except UnsafeInput as exc:
-            raise UnsafeInput(f"{INFO}: {template_key}: {exc}") from exc
+            where = f"source.options.{template_key}" if template_key in self.path_overrides else \
+                f"{INFO}: {template_key}"
+            raise UnsafeInput(f"{where}: {exc}") from exc
+
+    def override_findings(self) -> list[Finding]:
+        """D110 for each path template given in source.options instead of info.json's."""
+        return [Finding("warning", "D110", f"{key} from source.options: {given!r} (meta/info.json says {was!r})",
+                        was, given) for key, (was, given) in self.path_overrides.items()]
 
     # ---- discover ----------------------------------------------------------------------------------------------
     def episode_refs(self) -> Sequence[EpisodeRef]:
@@ -312,12 +346,36 @@ class LeRobotReader(BaseReader):
             pkey = ("video", vkey, vc, vf)
             path = shared.get(pkey) or shared.setdefault(
                 pkey, self._render("video_path", video_key=vkey, chunk_index=vc, file_index=vf))
-            videos.append((vkey, VideoRef(path, float(t0 or 0.0), None if t1 is None else float(t1))))
+            videos.append((vkey, VideoRef(path, float(t0 or 0.0), self._window_end(idx, vkey, t0, t1, length))))
         tasks = row.get("tasks") or []
         tasks = tuple(str(t) for t in (tasks if isinstance(tasks, list) else [tasks]))
         tasks = shared.setdefault(("tasks", tasks), tasks)
         return EpisodeRef(idx, length, data_path, tuple(videos), tasks,
                           row.get("dataset_from_index"), row.get("dataset_to_index"))
+
+    def _window_end(self, idx: int, vkey: str, t0: Any, t1: Any, length: int) -> float | None:
+        """An episode's video window end: `to_timestamp`, or `from_timestamp + length / fps` when the given end
+        falls half a frame or more before it (a tool that wrote the last frame's time there: lerobot reads frames by
+        their timestamps and never looks at it). Counted for a D112 finding; frames still missing in the file are
+        still an episode error (EP103) when read."""
+        if t1 is None:
+            return None
+        end, full = float(t1), float(t0 or 0.0) + length / self.fps
+        if end >= full - 0.5 / self.fps:
+            return end
+        if not self.short_windows:
+            self.short_windows.append(f"episode {idx} {vkey}: to_timestamp {end:.6g}, {length} frames at "
+                                      f"{self.fps:g} fps end at {full:.6g}")
+        self.short_windows_count += 1
+        return full
+
+    def window_findings(self) -> list[Finding]:
+        """D112 when video windows were read past a to_timestamp that cuts the episode's last frames."""
+        if not self.short_windows_count:
+            return []
+        return [Finding("warning", "D112", f"{self.short_windows_count} episode video windows end before "
+                        f"from_timestamp + length / fps ({self.short_windows[0]}): read to from_timestamp + length / "
+                        "fps, as lerobot reads each frame at its timestamp", None, self.short_windows_count)]
 
     def discover(self) -> Inventory:
         """Build the inventory; consistency problems become findings (the caller decides what is fatal)."""
@@ -332,7 +390,8 @@ class LeRobotReader(BaseReader):
             declared={k: self.info.get(k) for k in ("total_episodes", "total_frames", "total_tasks", "total_videos",
                                                     "total_chunks", "chunks_size", "splits")},
             metadata_types=dict(BUILTIN_METADATA), language_source="task", step_storage="parquet")
-        inv.findings = check_inventory(self, inv) + self.fps_findings()
+        inv.findings = (self.override_findings() + check_inventory(self, inv) + self.window_findings()
+                        + self.fps_findings())
         return inv
 
     # ---- load one episode --------------------------------------------------------------------------------------

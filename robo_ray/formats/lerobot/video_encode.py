@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable
 
-os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints a banner per encoder otherwise
+# SVT-AV1 logs to stderr itself: a banner per encoder (level 3), and "deinit called without sending EOS!" (level 1)
+# whenever an episode's encoder is dropped because the episode was quarantined mid-way; fatal only (0): the errors
+# that matter come back through FFmpeg as exceptions, and the quarantine line says what happened
+os.environ.setdefault("SVT_LOG", "0")
 
 import av  # noqa: E402
 import numpy as np  # noqa: E402
