@@ -9,6 +9,7 @@ import av
 
 from robo_ray.activity import ACTIVITY
 from robo_ray.errors import VideoDecodeError, VideoMissing
+from robo_ray.lfs_pointer import head_of_source, lfs_pointer_note
 from robo_ray.storage import is_transport_error, storage_error
 
 # Seek instead of decoding forward when the next window starts this far past the current position.
@@ -74,7 +75,8 @@ class VideoStream:
             failure = self._storage_failure(exc, "reading video")
             if failure is not None:
                 raise failure from exc
-            raise VideoDecodeError(f"cannot open video {self.path}: {exc}") from exc
+            note = lfs_pointer_note(head_of_source(self.path if self._file is None else self._file))
+            raise VideoDecodeError(f"cannot open video {self.path}: {exc}{note}") from exc
         except Exception as exc:  # noqa: BLE001 - a client library error raised through PyAV's read callback
             failure = self._storage_failure(exc, "reading video")
             if failure is not None:

@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar, Iterator
 import numpy as np
 
 from robo_ray.errors import DataCorrupt, EpisodeDataOutside, EpisodeTooLarge, SourceFormatError, UnsafeInput
+from robo_ray.lfs_pointer import head_of, lfs_pointer_note
 from robo_ray.readers.base import BaseReader
 from robo_ray.safety import MAX_DIM, MAX_ELEMENTS_PER_STEP, MAX_EPISODE_LENGTH, MAX_EPISODES, check_count
 from robo_ray.storage import is_local, open_input
@@ -44,7 +45,8 @@ def open_h5(fs: Any, path: str, rel: str) -> tuple[Any, Any]:
     except OSError as exc:
         if handle is not None:
             handle.close()
-        raise SourceFormatError(f"{rel}: not a readable HDF5 file ({_short(exc)})") from exc
+        note = lfs_pointer_note(head_of(fs, path))
+        raise SourceFormatError(f"{rel}: not a readable HDF5 file ({_short(exc)}){note}") from exc
 
 
 def peek_h5(fs: Any, path: str, test: Callable[[Any], bool]) -> bool:

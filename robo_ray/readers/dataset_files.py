@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator
 
 from robo_ray.errors import DataCorrupt, DataMissing, RoboRayError, SourceFormatError, UnsafeInput
+from robo_ray.lfs_pointer import head_of, lfs_pointer_note
 from robo_ray.safety import MAX_JSON_BYTES
 from robo_ray.storage import is_transport_error, join, ls_or_empty, open_input, storage_error, url_of
 
@@ -204,7 +205,7 @@ class DatasetFiles:
             if mapped is not exc:  # the store failed after its retries: not a property of the episode
                 raise mapped from exc
             if isinstance(exc, (pa.ArrowException, OSError)):
-                raise error(f"{rel}: unreadable parquet ({exc})") from exc
+                raise error(f"{rel}: unreadable parquet ({exc}){lfs_pointer_note(head_of(self.fs, p))}") from exc
             raise
 
     def row_group_ranges(self, rel: str, column: str) -> list[tuple[int, int]] | None:

@@ -157,6 +157,19 @@ def _mp4_zero(root: Path, outside: Path) -> None:
     (root / v2_video(2)).write_bytes(b"")
 
 
+LFS_POINTER = (b"version https://git-lfs.github.com/spec/v1\n"
+               b"oid sha256:e7b5e1e8ef317d14ff6981995046adce76fd23fc8db47578690743ca162a9f79\nsize 67188\n")
+
+
+def _lfs_pointer_mp4(root: Path, outside: Path) -> None:
+    """A clone without git-lfs: episode 2's MP4 is a pointer file."""
+    (root / v2_video(2)).write_bytes(LFS_POINTER)
+
+
+def _lfs_pointer_parquet(root: Path, outside: Path) -> None:
+    (root / v2_data(3)).write_bytes(LFS_POINTER)
+
+
 def _mp4_cut_mid_stream_v2(root: Path, outside: Path) -> None:
     path = root / v2_video(2)
     pos, size = video_packets(path)[7]  # moov is at the end of a v2.x file: a cut loses the index
@@ -498,6 +511,10 @@ CASES: list[Case] = [
        (2,), (v2_video(2),)),
     _q("parquet_cut_footer", "v2.1", "episode 2's parquet lost its last 10 bytes (footer)", "EP202", (2,),
        (v2_data(2),)),
+    _q("lfs_pointer_mp4", "v2.1", "a clone without git-lfs: episode 2's MP4 is a Git LFS pointer file", "EP102",
+       (2,), (v2_video(2), "Git LFS pointer")),
+    _q("lfs_pointer_parquet", "v2.1", "a clone without git-lfs: episode 3's parquet is a Git LFS pointer file",
+       "EP202", (3,), (v2_data(3), "Git LFS pointer")),
     _q("parquet_missing_column", "v2.1", "episode 2's parquet has no `action` column", "EP202", (2,),
        (v2_data(2), "action")),
     _q("parquet_wrong_dtype", "v2.1", "episode 2's `action` holds strings", "EP202", (2,), (v2_data(2), "action")),
@@ -588,6 +605,8 @@ MUTATIONS: dict[str, Callable[[Path, Path], None]] = {
     "mp4_garbage_payload": _mp4_garbage_payload,
     "mp4_unknown_codec": _mp4_unknown_codec,
     "parquet_cut_footer": _parquet_cut_footer,
+    "lfs_pointer_mp4": _lfs_pointer_mp4,
+    "lfs_pointer_parquet": _lfs_pointer_parquet,
     "parquet_missing_column": _parquet_missing_column,
     "parquet_wrong_dtype": _parquet_wrong_dtype,
     "parquet_list_length": _parquet_list_length,

@@ -31,6 +31,7 @@ from robo_ray.episode import EncodedVideo
 from robo_ray.errors import FrameCountMismatch, TimestampMismatch, VideoDecodeError
 from robo_ray.formats.lerobot.video_encode import PIX_FMT, ImageHistogram, stats_sample_indices
 from robo_ray.images import frame_array
+from robo_ray.lfs_pointer import head_of_source, lfs_pointer_note
 from robo_ray.stages.sampling import sample_indices
 
 # decoder name -> the codec name info.json's video.codec and a reader report
@@ -65,9 +66,10 @@ def _open(enc: EncodedVideo) -> tuple[Any, Any]:
     try:
         return src, av.open(src, "r")
     except (av.error.FFmpegError, OSError, ValueError) as exc:
+        note = lfs_pointer_note(head_of_source(src))
         if hasattr(src, "close"):
             src.close()
-        raise VideoDecodeError(f"cannot open video {enc.path}: {exc}") from exc
+        raise VideoDecodeError(f"cannot open video {enc.path}: {exc}{note}") from exc
 
 
 def _check_stream(enc: EncodedVideo, c: Any, fps: Fraction | int, where: str,
