@@ -217,8 +217,13 @@ def keep_progress_of(fs: Any, root: str, episodes: set[int]) -> int:
 
 
 def journal_parts(fs: Any, root: str) -> list[str]:
-    """The parts a run left under `root` (one listing), in unit order."""
-    names = ls_or_empty(fs, join(root, JOURNAL_DIR))
+    """The parts a run left under `root` (one listing), in unit order. Parts are written by other processes (the
+    write tasks of a Ray Data write): the listing is never an earlier one from this process's cache (s3fs keeps
+    listings: a merge that read the one cached at resume left the resumed units' parts, and their progress lines,
+    behind)."""
+    parts_dir = join(root, JOURNAL_DIR)
+    fs.invalidate_cache(parts_dir)
+    names = ls_or_empty(fs, parts_dir)
     return sorted(p for p in names if posixpath.basename(p.rstrip("/")).startswith("unit-"))
 
 
