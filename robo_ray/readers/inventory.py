@@ -29,6 +29,10 @@ class Finding:
         return {"level": self.level, "code": self.code, "message": self.message,
                 "expected": self.expected, "actual": self.actual}
 
+    def line(self) -> str:
+        """`level[code]: message`, as reports and logs show it."""
+        return f"{self.level}[{self.code}]: {self.message}"
+
 
 @dataclass
 class Inventory:

@@ -72,5 +72,5 @@ def summarize(inv: Inventory) -> str:
     lines = [f"{inv.source_format} {inv.source_version}: {inv.episodes_count} episodes, {inv.total_steps} frames, "
              f"{inv.fps:g} fps", f"cameras: {', '.join(cams) or 'none'}"]
     for f in inv.findings:
-        lines.append(f"{f.level}[{f.code}]: {f.message}")
+        lines.append(f.line())
     return "\n".join(lines)

@@ -151,7 +151,7 @@ def write_plan_outputs(run: RunContext, inv: Inventory, mapping: Mapping, units:
     write_discover_outputs(fs, root, inv)
     log.info("discover: " + summarize(inv).replace("\n", " | "))
     for f in inv.findings:
-        log.info(f"discover finding {f.level}[{f.code}]: {f.message}")
+        log.info(f"discover finding {f.line()}")
     write_spec_outputs(fs, root, mapping, inv)
     write_text_atomic(fs, join(root, "job.json"), json.dumps(run.cfg_dump, indent=2, sort_keys=True))
     log.info(f"plan: {len(units)} units for {len(inv.refs)} episodes; executor {run.executor.name}")

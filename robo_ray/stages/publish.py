@@ -86,7 +86,7 @@ def finding_lines(inv: Inventory, per_code: int = 5) -> list[str]:
     for f in inv.findings:
         n = shown[f.code] = shown.get(f.code, 0) + 1
         if n <= per_code:
-            lines.append(f"- {f.level}[{f.code}]: {f.message}")
+            lines.append(f"- {f.line()}")
     lines += [f"- ... and {n - per_code} more {code} (inventory.json)" for code, n in shown.items() if n > per_code]
     return lines
 

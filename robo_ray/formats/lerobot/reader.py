@@ -191,7 +191,7 @@ class LeRobotReader(BaseReader):
         if not isinstance(self.info, dict):
             raise SourceFormatError("meta/info.json is not a JSON object")
         self.path_overrides: dict[str, tuple[Any, str]] = {}  # template key -> (info.json's value, the given one)
-        self.short_windows: list[str] = []  # the first video window read past its to_timestamp (D112)
+        self.short_window: str | None = None  # the first video window read past its to_timestamp (D112)
         self.short_windows_count = 0
         for key, given in (("data_path", data_path), ("video_path", video_path)):
             if given is not None:
@@ -363,9 +363,9 @@ class LeRobotReader(BaseReader):
         end, full = float(t1), float(t0 or 0.0) + length / self.fps
         if end >= full - 0.5 / self.fps:
             return end
-        if not self.short_windows:
-            self.short_windows.append(f"episode {idx} {vkey}: to_timestamp {end:.6g}, {length} frames at "
-                                      f"{self.fps:g} fps end at {full:.6g}")
+        if self.short_window is None:
+            self.short_window = (f"episode {idx} {vkey}: to_timestamp {end:.6g}, {length} frames at {self.fps:g} fps "
+                                 f"end at {full:.6g}")
         self.short_windows_count += 1
         return full
 
@@ -374,7 +374,7 @@ class LeRobotReader(BaseReader):
         if not self.short_windows_count:
             return []
         return [Finding("warning", "D112", f"{self.short_windows_count} episode video windows end before "
-                        f"from_timestamp + length / fps ({self.short_windows[0]}): read to from_timestamp + length / "
+                        f"from_timestamp + length / fps ({self.short_window}): read to from_timestamp + length / "
                         "fps, as lerobot reads each frame at its timestamp", None, self.short_windows_count)]
 
     def discover(self) -> Inventory:
