@@ -8,6 +8,7 @@ import ray
 
 from robo_ray.config import JobConfig
 from robo_ray.errors import UsageError
+from robo_ray.ray_exec.local_instance import init_local
 from robo_ray.stages.run_log import RunOutcome
 
 CONFIG_SECTIONS = ("source", "images", "plan", "splits", "convert", "validate")  # what `write` takes of the job
@@ -23,8 +24,11 @@ def write_sources(cfg: JobConfig, more_sources: Sequence[str], *, address: str |
         raise UsageError("--max-episodes and --mapping do not apply to several sources (--source) yet")
     own = not ray.is_initialized()
     if own:
-        ray.init(address=address or "local", num_cpus=num_cpus, include_dashboard=False, logging_level="WARNING",
-                 log_to_driver=False)
+        kwargs = {"num_cpus": num_cpus, "include_dashboard": False, "logging_level": "WARNING", "log_to_driver": False}
+        if address and address != "local":
+            ray.init(address=address, **kwargs)
+        else:
+            init_local(**kwargs)
     try:
         src = cfg.source
         ds: Any = None

@@ -72,6 +72,7 @@ from robo_ray.errors import RoboRayError, UsageError
 from robo_ray.executors.base import JobSpec
 from robo_ray.ray_exec.data_context import quiet_data_context, warm_data_actors
 from robo_ray.ray_exec.faults import FaultPlan
+from robo_ray.ray_exec.local_instance import init_local
 from robo_ray.ray_exec.monitors import PoolUsage, UsageSampler, Watchdog
 from robo_ray.ray_exec.sizing import MODES, PoolSize, ResourceAsk, actors_for_mode, autoscaler_ceiling_cpus
 from robo_ray.ray_exec.status import Status
@@ -155,7 +156,7 @@ class RayExecutor:
         if not ray.is_initialized():
             addr = self.address
             if self._own_instance():
-                ray.init(address="local", **own_instance_kwargs(self.object_store_mb, self.num_cpus))
+                init_local(**own_instance_kwargs(self.object_store_mb, self.num_cpus))
             else:
                 try:
                     ray.init(address=addr or None, logging_level=logging.WARNING)

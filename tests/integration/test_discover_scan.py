@@ -54,8 +54,10 @@ def s3_source(local_source, s3_server) -> tuple[str, dict[str, Any]]:  # noqa: F
 def ray_local():
     import ray
 
-    # address="local": a new instance even when another test has a `ray start` cluster on this machine
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    from robo_ray.ray_exec.local_instance import init_local
+
+    # a new local instance even when another test has a `ray start` cluster on this machine
+    init_local(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     try:
         yield ray
     finally:

@@ -32,7 +32,7 @@ import pytest
 
 from tests.conftest import REPO, run_cli, wait_for
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
-from tests.integration.test_ray_exec import _free_ports, _stop_cluster
+from tests.fixtures.ray_cli import free_ports, ray_start, start_with_retry, stop_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.timeout(600)]
 
@@ -187,24 +187,20 @@ def fake_cluster(tmp_path_factory):
     """A new fake-autoscaler cluster per test: each conversion starts on a head without a worker node (waiting for
     the previous run's nodes to idle out depended on Ray Data's autoscaling coordinator letting go of them)."""
     temp_dir = f"/tmp/rrf-{uuid.uuid4().hex[:8]}"
-    port, node_mgr, obj_mgr, client, metrics, agent, agent_grpc, env_agent = _free_ports(8)
+    port, node_mgr, obj_mgr, client, metrics, agent, agent_grpc, env_agent = free_ports(8)
     config = tmp_path_factory.mktemp("fake_autoscaler") / "autoscaler.yaml"
     config.write_text(FAKE_CONFIG.format(port=port))
     env = _cluster_env(RAY_FAKE_CLUSTER="1")
-    cmd = [str(VENV_BIN / "ray"), "start", "--head", "--num-cpus=0", f"--autoscaling-config={config}",
-           "--node-ip-address=127.0.0.1", f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
-           f"--node-manager-port={node_mgr}", f"--object-manager-port={obj_mgr}", f"--ray-client-server-port={client}",
-           f"--metrics-export-port={metrics}", f"--dashboard-agent-listen-port={agent}",
-           f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={env_agent}",
-           "--disable-usage-stats"]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, cwd=REPO)
-    if r.returncode != 0:
-        _stop_cluster(temp_dir)
-        pytest.fail(f"ray start --head with the fake autoscaler failed:\n{r.stdout}\n{r.stderr}")
+    ray_start(["--head", "--num-cpus=0", f"--autoscaling-config={config}", "--node-ip-address=127.0.0.1",
+               f"--port={port}", f"--temp-dir={temp_dir}", "--include-dashboard=false",
+               f"--node-manager-port={node_mgr}", f"--object-manager-port={obj_mgr}",
+               f"--ray-client-server-port={client}", f"--metrics-export-port={metrics}",
+               f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
+               f"--runtime-env-agent-port={env_agent}", "--disable-usage-stats"], env, temp_dir, cwd=REPO)
     try:
         yield FakeCluster(f"127.0.0.1:{port}", temp_dir, env)
     finally:
-        _stop_cluster(temp_dir)
+        stop_cluster(temp_dir)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -231,14 +227,25 @@ def node_cluster(monkeypatch):
     for key, value in _cluster_env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    cluster = Cluster(initialize_head=True, connect=False, head_node_args={"num_cpus": 0, "include_dashboard": True,
-                                                                    "dashboard_host": "127.0.0.1"})
-    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
-    cluster.wait_for_nodes()
+    temp_dir = f"/tmp/rrn-{uuid.uuid4().hex[:8]}"  # names every process of this cluster (a retried start's cleanup)
+
+    def start():
+        cluster = Cluster(initialize_head=True, connect=False, head_node_args={
+            "num_cpus": 0, "include_dashboard": True, "dashboard_host": "127.0.0.1", "temp_dir": temp_dir})
+        try:
+            workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+            cluster.wait_for_nodes()
+        except BaseException:
+            cluster.shutdown()
+            raise
+        return cluster, workers
+
+    cluster, workers = start_with_retry(start, lambda: stop_cluster(temp_dir))
     try:
         yield cluster, workers
     finally:
         cluster.shutdown()
+        stop_cluster(temp_dir)
 
 
 def _first_episode_journaled(out: Path) -> bool:

@@ -31,7 +31,7 @@ import pytest
 from tests.conftest import REPO, run_cli, wait_for
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset
 from tests.fixtures.servers import s3_server  # noqa: F401 - fixture
-from tests.integration.test_ray_exec import _cluster_pids, _free_ports, _stop_cluster
+from tests.fixtures.ray_cli import cluster_pids, free_ports, ray_start, stop_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.timeout(900)]
 
@@ -66,13 +66,6 @@ class Cluster:
                 if POOL_ACTOR in (t.func_or_class_name or "") and t.func_or_class_name.endswith(".submit")]
 
 
-def _ray_start(args: list[str], env: dict[str, str]) -> None:
-    r = subprocess.run([str(VENV_BIN / "ray"), "start", *args], env=env, capture_output=True, text=True,
-                       timeout=180, cwd=REPO)
-    if r.returncode != 0:
-        pytest.fail(f"ray start {' '.join(args[:2])} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-
-
 def _node_env(s3_env: dict[str, str]) -> dict[str, str]:
     """What the nodes' processes (raylets, actors) and the CLI run with: this venv and worktree, the S3 server."""
     env = {k: v for k, v in os.environ.items()
@@ -89,7 +82,7 @@ def _node_env(s3_env: dict[str, str]) -> dict[str, str]:
 def cluster(s3_server):  # noqa: F811
     assert (VENV_BIN / "ray").exists(), f"ray CLI not found next to {sys.executable} (ray[default] is a dependency)"
     temp_dir = f"/tmp/rrm-{uuid.uuid4().hex[:8]}"  # short: Ray puts unix sockets under it; the worker's adds "w"
-    ports = _free_ports(15)
+    ports = free_ports(15)
     port, dash = ports[0], ports[1]
     env = _node_env(s3_server.env())
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=4", f"--object-store-memory={100 * 1024 * 1024}",
@@ -102,11 +95,11 @@ def cluster(s3_server):  # noqa: F811
 
     mp = pytest.MonkeyPatch()
     try:
-        _ray_start(["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-                    "--include-dashboard=true", f"--ray-client-server-port={ports[2]}", f"--temp-dir={temp_dir}",
-                    *node_ports(ports[3:9]), *common], env)
-        _ray_start([f"--address=127.0.0.1:{port}", f"--temp-dir={temp_dir}w", *node_ports(ports[9:15]), *common],
-                   env)
+        ray_start(["--head", f"--port={port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+                   "--include-dashboard=true", f"--ray-client-server-port={ports[2]}", f"--temp-dir={temp_dir}",
+                   *node_ports(ports[3:9]), *common], env, temp_dir, cwd=REPO)
+        ray_start([f"--address=127.0.0.1:{port}", f"--temp-dir={temp_dir}w", *node_ports(ports[9:15]), *common],
+                  env, f"{temp_dir}w", cwd=REPO)
         mp.setenv("RAY_AUTH_MODE", "disabled")
         c = Cluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash}", temp_dir, env)
         wait_for(lambda: _quiet(lambda: len(c.alive_nodes()) == 2), 180, "2 alive nodes in the state API", step=2)
@@ -114,11 +107,11 @@ def cluster(s3_server):  # noqa: F811
     finally:
         mp.undo()
         for _ in range(3):  # a process spawned while the first pass ran is found by the next
-            _stop_cluster(temp_dir)
-            if not _cluster_pids(temp_dir):
+            stop_cluster(temp_dir)
+            if not cluster_pids(temp_dir):
                 break
             time.sleep(1)
-        assert not _cluster_pids(temp_dir), "processes of the test's cluster survived its teardown"
+        assert not cluster_pids(temp_dir), "processes of the test's cluster survived its teardown"
         shutil.rmtree(temp_dir, ignore_errors=True)
         shutil.rmtree(f"{temp_dir}w", ignore_errors=True)
 

@@ -252,8 +252,9 @@ def test_cli_several_sources_resume(ray_local, made, tmp_path):
 
 
 _DRIVER = """
-import json, sys, ray, robo_ray.data as rd
-ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+import json, sys, robo_ray.data as rd
+from robo_ray.ray_exec.local_instance import init_local
+init_local(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
 src, dst, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 rd.write(rd.read(src), dst, storage_options=opts,
          config={"validate": {"tfds_readback": False}, "plan": {"max_unit_episodes": 1}})

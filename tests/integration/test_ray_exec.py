@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from robo_ray.stages.pipeline import run_pipeline  # noqa: E402
 from robo_ray.storage import sha256_file, url_to_fs  # noqa: E402
 from tests.conftest import sigkill_when, wait_for  # noqa: E402
 from tests.fixtures.lerobot_gen import CameraSpec, DatasetSpec, write_lerobot_dataset  # noqa: E402
+from tests.fixtures.ray_cli import cluster_pids, free_ports, ray_start, stop_cluster  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.timeout(300)]
 
@@ -44,57 +44,6 @@ FAST = ["plan.min_shards=8", "validate.tfds_readback=false"]
 
 
 # ---- cluster --------------------------------------------------------------------------------------------------
-def _free_ports(n: int) -> list[int]:
-    """n distinct free ports (all sockets held open until every port is picked)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _cluster_pids(marker: str) -> set[int]:
-    """Processes of our cluster (their command line names our private temp dir) and all their descendants."""
-    roots: set[int] = set()
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if any(marker in part for part in (p.info["cmdline"] or [])):
-                roots.add(p.info["pid"])
-        except (psutil.Error, TypeError):
-            continue
-    pids = set(roots)
-    for pid in roots:
-        try:
-            pids |= {c.pid for c in psutil.Process(pid).children(recursive=True)}
-        except psutil.Error:
-            pass
-    pids.discard(os.getpid())
-    return pids
-
-
-def _stop_cluster(marker: str) -> None:
-    pids = _cluster_pids(marker)
-    procs = []
-    for pid in pids:
-        try:
-            p = psutil.Process(pid)
-            p.terminate()
-            procs.append(p)
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=2)  # gcs_server / raylet ignore SIGTERM for long: like --force
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-
-
 class Cluster:
     def __init__(self, gcs: str, dashboard: str, temp_dir: str, env: dict[str, str]) -> None:
         self.gcs, self.dashboard, self.temp_dir, self.env = gcs, dashboard, temp_dir, env
@@ -105,7 +54,7 @@ def cluster():
     ray_cli = VENV_BIN / "ray"
     assert ray_cli.exists(), f"ray CLI not found next to {sys.executable} (ray[default] is a dependency)"
     temp_dir = f"/tmp/rrt-{uuid.uuid4().hex[:8]}"  # short: Ray puts unix sockets under it
-    port, dash, agent, agent_grpc, env_agent, metrics, node_mgr, obj_mgr, client = _free_ports(9)
+    port, dash, agent, agent_grpc, env_agent, metrics, node_mgr, obj_mgr, client = free_ports(9)
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("RAY_ADDRESS", None)
@@ -114,7 +63,7 @@ def cluster():
     env["RAY_AUTH_MODE"] = "disabled"
     for k in [k for k in env if k.startswith("ROBO_RAY_FAULT_")]:
         env.pop(k)
-    cmd = [str(ray_cli), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+    cmd = ["--head", "--node-ip-address=127.0.0.1", f"--port={port}",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--include-dashboard=true",
            f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={agent_grpc}",
            f"--runtime-env-agent-port={env_agent}", f"--metrics-export-port={metrics}",
@@ -123,9 +72,7 @@ def cluster():
            "--disable-usage-stats"]
     mp = pytest.MonkeyPatch()
     try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            pytest.fail(f"ray start failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+        ray_start(cmd, env, temp_dir, timeout=120)
         c = Cluster(f"127.0.0.1:{port}", f"http://127.0.0.1:{dash}", temp_dir, env)
         mp.setenv("RAY_AUTH_MODE", "disabled")
         ray.init(address=c.gcs, logging_level="WARNING", log_to_driver=False)
@@ -134,7 +81,7 @@ def cluster():
         if ray.is_initialized():
             ray.shutdown()
         mp.undo()
-        _stop_cluster(temp_dir)
+        stop_cluster(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -209,7 +156,7 @@ def _executor(**kw):
 def _worker_pids(cluster: Cluster) -> list[int]:
     """Conversion actors alive in our cluster (not in any other Ray instance on this machine)."""
     out = []
-    for pid in _cluster_pids(cluster.temp_dir):
+    for pid in cluster_pids(cluster.temp_dir):
         try:
             if WORKER_TITLE in " ".join(psutil.Process(pid).cmdline()):
                 out.append(pid)

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from tests.conftest import REPO, load_rlds
-from tests.integration.test_ray_exec import _stop_cluster
+from tests.fixtures.ray_cli import stop_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
@@ -36,7 +36,7 @@ def test_readme_cluster_block_runs_verbatim() -> None:
         proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=REPO, env=env, capture_output=True,
                               text=True, timeout=600)
     finally:
-        _stop_cluster("/tmp/robo-ray-demo")
+        stop_cluster("/tmp/robo-ray-demo")
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     assert re.search(r"Job '[^']+' succeeded", log), log[-3000:]
