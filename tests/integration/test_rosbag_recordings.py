@@ -59,8 +59,13 @@ def image_of(msg: Any) -> np.ndarray:
 
 
 def depth_of(msg: Any) -> np.ndarray:
-    """A depth CompressedImage's depth, decoded independently: the 16-bit PNG (compressedDepth: after its 12-byte
-    config header)."""
+    """A depth message's depth in millimetres, decoded independently: a CompressedImage's 16-bit PNG
+    (compressedDepth: after its 12-byte config header); a 32FC1 Image's metres x 1000, rounded, where 16UC1 can hold
+    them (0: no reading)."""
+    if not hasattr(msg, "format"):
+        metres = np.frombuffer(bytes(msg.data), "<f4").reshape(msg.height, msg.width, 1)
+        valid = np.isfinite(metres) & (metres > 0) & (metres <= 65.535)
+        return np.where(valid, np.rint(np.where(valid, metres, 0) * 1000.0), 0).astype(np.uint16)
     with Image.open(io.BytesIO(bytes(msg.data)[12 if "compressedDepth" in msg.format else 0:])) as im:
         return np.asarray(im).astype(np.uint16)[..., None]
 
@@ -187,17 +192,21 @@ def test_bags_to_lerobot_and_ortf(fmt: str, target: str, made: Callable[[str], P
 @pytest.mark.parametrize("fmt", ["ros1", "rosbag2_sqlite3"])
 def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: str, tmp_path: Path) -> None:
     """A recording with what `record -a` also catches: a compressedDepth topic (16UC1 PNG after its config header)
-    and a 16-bit `png compressed` topic are read as depth, exactly; 32FC1 and yuv422_yuy2 image topics and a point
-    cloud of varying size are left out with one finding each (they used to refuse the whole dataset, or quarantine
-    every episode), and everything else converts as before."""
+    and a 16-bit `png compressed` topic are read as depth, exactly; a 32FC1 depth topic (metres) is read as
+    millimetres, said by RB107, with NaN / inf / beyond 65.535 m / negative pixels 0; a yuv422_yuy2 image topic and
+    a point cloud of varying size are left out with one finding each (they used to refuse the whole dataset, or
+    quarantine every episode), and everything else converts as before."""
+    sim = "/sim/depth/image_raw"
     depth_topics = ("/camera/aligned_depth_to_color/image_raw/compressed",
-                    "/camera/depth/image_rect_raw/compressedDepth")
+                    "/camera/depth/image_rect_raw/compressedDepth", sim)
     src = rosbag_gen.write_dataset(tmp_path / "bags", fmt, episodes=2, recorder_topics=True)
     want = [truth(b, depth_topics=depth_topics) for b in bags(src)]
     inv = open_reader(str(src), options={"fps": FPS}).discover()
     left = sorted(f.message.split(" ")[0] for f in inv.findings if f.code == "RB105")
-    assert left == ["/camera/depth/color/points", "/sim/depth/image_raw", "/usb_cam/image_raw"], inv.findings
+    assert left == ["/camera/depth/color/points", "/usb_cam/image_raw"], inv.findings
     assert sorted(inv.declared["left_out"]) == left
+    (metric,) = [f.message for f in inv.findings if f.code == "RB107"]
+    assert metric.startswith(f"{sim} (sensor_msgs/msg/Image): 32FC1 depth in metres, written as 16-bit millimetres")
     specs = {t: inv.features[t] for t in depth_topics}
     for spec in specs.values():
         assert (spec.role, spec.dtype, tuple(spec.shape)) == ("depth", "uint16", (rosbag_gen.H, rosbag_gen.W, 1))
@@ -210,6 +219,9 @@ def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: st
         np.testing.assert_array_equal(steps["action"], w["action"].astype(np.float32))
         for topic, spec in specs.items():  # 16-bit PNG in RLDS: lossless
             np.testing.assert_array_equal(steps[spec.name], w["depth"][topic])
+        sim_mm = steps[specs[sim].name]
+        assert all(int(sim_mm[k, y, x, 0]) == 0 for k in range(len(sim_mm)) for y, x in rosbag_gen.NO_READING)
+        assert sim_mm.min() == 0 and sim_mm.max() >= 500  # millimetres, not metres truncated to 0
         for topic, name in CAMS.items():
             assert min(psnr(a, b) for a, b in zip(steps[name], w["frames"][topic])) >= 30, topic
 
@@ -251,28 +263,120 @@ def test_header_stamps_never_set_take_receive_times(tmp_path: Path) -> None:
         np.testing.assert_array_equal(ep["steps"]["action"], w["action"].astype(np.float32))
 
 
-def test_joint_states_from_two_publishers_are_left_out_not_every_episode(tmp_path: Path) -> None:
-    """Two publishers on /joint_states (the arm's 7 joints, a gripper driver's 1): no fixed per-step width, so the
-    topic is left out with its reason (RB105) and the episodes convert with the other topics (every episode used to
-    be quarantined at load)."""
-    def with_gripper(messages: list[Any]) -> list[Any]:
+def _gripper_publisher(names: list[str], position: float) -> Callable[[list[Any]], list[Any]]:
+    """A second /joint_states publisher (a gripper driver: position only, no velocity), at /arm/command's 20 Hz,
+    header stamps 5 ms after those times."""
+    def add(messages: list[Any]) -> list[Any]:
         extra = [(t + 5_000_000, "/joint_states", "sensor_msgs/msg/JointState", {
-            "header": {"stamp": {"sec": t // 10**9, "nanosec": t % 10**9}, "frame_id": ""},
-            "name": ["gripper"], "position": np.array([0.04]), "velocity": np.zeros(0), "effort": np.zeros(0)})
-            for t, topic, _, _ in messages if topic == "/arm/command"]
+            "header": {"stamp": {"sec": (t + 5_000_000) // 10**9, "nanosec": (t + 5_000_000) % 10**9},
+                       "frame_id": ""},
+            "name": names, "position": np.full(len(names), position + 1e-3 * k), "velocity": np.zeros(0),
+            "effort": np.zeros(0)})
+            for k, (t, topic, _, _) in enumerate(m for m in messages if m[1] == "/arm/command")]
         return sorted(messages + extra, key=lambda m: m[0])
+    return add
 
+
+def _reversed_joints_every_other(messages: list[Any]) -> list[Any]:
+    """Every other arm message lists its joints (and values) in reverse order: the same state."""
+    arm = [v for _, topic, _, v in messages if topic == "/joint_states" and len(v["name"]) == 7]
+    for v in arm[1::2]:
+        v["name"] = v["name"][::-1]
+        v["position"], v["velocity"] = v["position"][::-1].copy(), v["velocity"][::-1].copy()
+    return messages
+
+
+def _publishers_truth(bag: Path) -> dict[str, Any]:
+    """The merged state by the rule, each publisher (told apart by its joint names) sampled as-of on its own."""
+    topics = raw_topics(bag)
+    times, msgs = topics.pop("/joint_states")
+    for key, size in (("arm", 7), ("gripper", 1)):
+        keep = [i for i, m in enumerate(msgs) if len(m.name) == size]
+        topics[key] = (times[keep], [msgs[i] for i in keep])
+    data = ["arm", "gripper", *DATA[1:]]
+    start = max(int(topics[t][0][0]) for t in data)
+    end = min(int(topics[t][0][-1]) for t in data)
+    ticks = [start + round(k * 1e9 / FPS) for k in range(int((end - start) * FPS / 1e9) + 2)]
+    ticks = [t for t in ticks if t <= end]
+
+    def asof(topic: str) -> list[Any]:
+        t, m = topics[topic]
+        return [m[int(np.searchsorted(t, tick, side="right")) - 1] for tick in ticks]
+
+    def ordered(m: Any, part: str) -> np.ndarray:
+        by_name = dict(zip(m.name, getattr(m, part)))
+        return np.array([by_name[f"joint_{k}"] for k in range(7)])
+
+    arm, gripper = asof("arm"), asof("gripper")
+    return {"state": np.array([[*ordered(a, "position"), g.position[0]] for a, g in zip(arm, gripper)]),
+            "velocity": np.array([ordered(a, "velocity") for a in arm]), "length": len(ticks)}
+
+
+def test_joint_states_from_two_publishers_are_merged_by_joint_name(tmp_path: Path) -> None:
+    """Two publishers on /joint_states (the arm's 7 joints at 50 Hz, a gripper driver's 1 at 20 Hz): one state of 8
+    joints, each publisher sampled as-of the step on its own (its own rate and gaps), arm messages that list their
+    joints in another order put back in the first one's; velocity from the arm alone (the gripper has none). Said
+    by RB108 (the topic used to be left out, and before that every episode quarantined)."""
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "mcap", episodes=2, seconds=1.5)
+    for ep in (0, 1):
+        rosbag_gen.rewrite(src, ep, messages=lambda m: _reversed_joints_every_other(
+            _gripper_publisher(["gripper"], 0.04)(m)))
+    reader = open_reader(str(src), options={"fps": FPS})
+    inv = reader.discover()
+    codes = {f.code for f in inv.findings}
+    assert "RB105" not in codes and "RB101" not in codes, inv.findings
+    (said,) = [f.message for f in inv.findings if f.code == "RB108"]
+    assert said.startswith("/joint_states (sensor_msgs/msg/JointState): 2 publishers (joint_0 .. joint_6 (7); "
+                           "gripper) merged by joint name into one value of 8 joints"), said
+    state, velocity = inv.features["/joint_states"], inv.features["/joint_states#velocity"]
+    assert (state.role, state.shape, state.names) == ("state", (8,), (*rosbag_gen.JOINTS, "gripper"))
+    assert (velocity.shape, velocity.names) == ((7,), tuple(rosbag_gen.JOINTS))
+    pubs = inv.declared["topics"]["/joint_states"]["publishers"]
+    assert {k: v["rate_hz"] for k, v in pubs.items()} == {"/joint_states[joint_0..joint_6]": 50.0,
+                                                          "/joint_states[gripper]": 20.0}
+    want = [_publishers_truth(b) for b in bags(src)]
+    assert [r.length for r in inv.refs] == [w["length"] for w in want]
+    episodes = load_rlds(Path(convert(src, tmp_path / "out", "rlds", fps=FPS).dataset_dir))
+    assert len(episodes) == 2
+    for ep, w in zip(episodes, want):
+        np.testing.assert_array_equal(ep["steps"]["observation/state"], w["state"].astype(np.float32))
+        assert len(np.unique(ep["steps"]["observation/state"][:, 7])) > 5  # the gripper's value moves per step
+        ep_velocity = [k for k in ep["steps"] if k.endswith("velocity")]
+        assert len(ep_velocity) == 1
+        np.testing.assert_array_equal(ep["steps"][ep_velocity[0]], w["velocity"].astype(np.float32))
+
+
+def test_joint_state_publishers_that_overlap_or_appear_later(tmp_path: Path) -> None:
+    """Publishers sharing a joint cannot be merged by name: the topic is left out with its reason (RB105) and the
+    rest converts. A publisher the first bag did not have quarantines only its episode, with a line naming it."""
     src = rosbag_gen.write_dataset(tmp_path / "bags", "mcap", episodes=2, seconds=1.0)
     for ep in (0, 1):
-        rosbag_gen.rewrite(src, ep, messages=with_gripper)
+        rosbag_gen.rewrite(src, ep, messages=_gripper_publisher(["joint_6", "gripper"], 0.04))
     inv = open_reader(str(src), options={"fps": FPS}).discover()
     (left,) = [f for f in inv.findings if f.code == "RB105"]
-    assert left.message.startswith("/joint_states (sensor_msgs/msg/JointState: its messages in episode_0.mcap hold "
-                                   "1 to 7 values (position)"), left.message
+    assert left.message.startswith("/joint_states (sensor_msgs/msg/JointState: its messages carry 2 sets of joint "
+                                   "names that share joints"), left.message
     assert not [k for k in inv.features if k.startswith("/joint_states")]
-    assert "RB101" not in {f.code for f in inv.findings} and all(r.length for r in inv.refs)
     episodes = load_rlds(Path(convert(src, tmp_path / "out", "rlds", fps=FPS).dataset_dir))
     assert len(episodes) == 2 and all(len(ep["steps"]["action"]) for ep in episodes)
+
+    later = rosbag_gen.write_dataset(tmp_path / "later", "mcap", episodes=3, seconds=1.0)
+    for ep in (0, 1, 2):
+        rosbag_gen.rewrite(later, ep, messages=_gripper_publisher(["gripper"], 0.04))
+    rosbag_gen.rewrite(later, 1, messages=lambda m: _gripper_publisher(["base_x"], 1.0)(
+        _gripper_publisher(["gripper"], 0.04)(m)))
+    inv = open_reader(str(later), options={"fps": FPS}).discover()
+    (bad,) = [f.message for f in inv.findings if f.code == "RB101"]
+    assert "episode_1.mcap" in bad and "a /joint_states message with joints ['base_x'] is none of the first bag's " \
+        "publishers (/joint_states[joint_0..joint_6]; /joint_states[gripper])" in bad, bad
+    outcome = run_pipeline(load_config(None, ["validate.tfds_readback=false", "convert.max_quarantine_fraction=0.5"],
+                                       **{"source.url": str(later), "target.url": str(tmp_path / "later_out"),
+                                          "source.options": {"fps": FPS}}))
+    assert outcome.exit_code == 0, outcome.message
+    assert [(r["episode_index"], r["code"]) for r in outcome.quarantined] == [(1, "EP202")]
+    assert "['base_x'] is none of the first bag's publishers" in outcome.quarantined[0]["reason"]
+    episodes = load_rlds(Path(outcome.dataset_dir))
+    assert len(episodes) == 2 and all(ep["steps"]["observation/state"].shape[1] == 8 for ep in episodes)
 
 
 def test_clock_options(made: Callable[[str], Path]) -> None:

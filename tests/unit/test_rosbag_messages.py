@@ -54,9 +54,29 @@ def test_grey_and_depth_encodings() -> None:
         np.testing.assert_array_equal(got[..., 0], depth)
 
 
+def test_metric_depth_is_read_in_millimetres() -> None:
+    """32FC1 (metres, Gazebo / Isaac Sim) -> uint16 millimetres, rounded, either byte order; what 16UC1 cannot hold
+    (NaN, inf, <= 0, beyond 65.535 m) -> 0 (no reading); the feature says so in its note."""
+    metres = np.array([[0.5, 1.2344, 1.2346, 65.535, 65.5356],
+                       [np.nan, np.inf, -np.inf, 0.0, -0.3],
+                       [0.0004, 0.0006, 3.0, 10.0, 70.0],
+                       [2.5, 2.5, 2.5, 2.5, 2.5]], np.float32)
+    want = np.array([[500, 1234, 1235, 65535, 0], [0, 0, 0, 0, 0], [0, 1, 3000, 10000, 0],
+                     [2500] * 5], np.uint16)
+    for big in (False, True):
+        msg = _image(metres.astype(">f4" if big else "<f4"), "32FC1", step=5 * 4 + 8, big=big)
+        (value,) = describe("sensor_msgs/msg/Image", msg, "bag x")
+        assert (value.kind, value.shape, value.dtype) == ("image", (4, 5, 1), "uint16")
+        assert value.note.startswith("32FC1 depth in metres, written as 16-bit millimetres")
+        got = extractor("sensor_msgs/msg/Image", value, "bag x")(msg)
+        assert got.dtype == np.uint16 and got.shape == (4, 5, 1)
+        np.testing.assert_array_equal(got[..., 0], want)
+    assert describe("sensor_msgs/msg/Image", _image(RGB, "rgb8"), "bag x")[0].note == ""
+
+
 def test_bad_images_are_the_episodes_error() -> None:
-    with pytest.raises(DataCorrupt, match="encoding '32FC1'"):
-        image_array(_image(RGB, "32FC1"), "bag x")
+    with pytest.raises(DataCorrupt, match="encoding 'yuv422_yuy2'"):
+        image_array(_image(RGB, "yuv422_yuy2"), "bag x")
     short = build(TS2, "sensor_msgs/msg/Image", {"height": 400, "width": 500, "encoding": "rgb8", "step": 1500,
                                                  "data": np.zeros(10, np.uint8)})
     with pytest.raises(DataCorrupt, match="does not fit"):
@@ -76,7 +96,7 @@ def test_compressed_images_pass_as_their_bytes() -> None:
 def test_compressed_depth_is_read_other_depth_formats_are_not() -> None:
     """compressed_depth_image_transport's 16UC1 PNG (after its 12-byte config header) and image_transport's 16-bit
     PNG -> uint16 depth, exactly;
-    32FC1 / RVL compressedDepth and undecoded Image encodings raise NotRead (the topic is left out), a damaged
+    32FC1 / RVL compressedDepth and undecoded Image encodings (yuv422) raise NotRead (the topic is left out), a damaged
     compressedDepth message is the episode's DataCorrupt."""
     depth = (np.arange(20, dtype=np.uint16).reshape(4, 5) * 3001)
     msg = build(TS2, "sensor_msgs/msg/CompressedImage", {
@@ -90,9 +110,8 @@ def test_compressed_depth_is_read_other_depth_formats_are_not() -> None:
         other = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": fmt, "data": msg.data})
         with pytest.raises(NotRead, match="compressedDepth"):
             describe("sensor_msgs/msg/CompressedImage", other, "bag x")
-    for enc in ("32FC1", "yuv422_yuy2"):
-        with pytest.raises(NotRead, match=enc):
-            describe("sensor_msgs/msg/Image", _image(RGB, enc), "bag x")
+    with pytest.raises(NotRead, match="yuv422_yuy2"):
+        describe("sensor_msgs/msg/Image", _image(RGB, "yuv422_yuy2"), "bag x")
     png16 = io.BytesIO()  # image_transport's "png compressed" of a 16UC1 image: depth too, not an 8-bit camera
     Image.fromarray(depth).save(png16, format="PNG")
     plain = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; png compressed ",

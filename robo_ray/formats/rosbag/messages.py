@@ -1,11 +1,12 @@
 """ROS message types -> what they hold for a dataset: the value a topic gives per step (numbers, an image, text),
 its per-step shape, and the role a type suggests. Decoding follows the encodings ROS uses: sensor_msgs/Image
-`rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, `16UC1` / `mono16` (depth, uint16); CompressedImage JPEG or PNG
-bytes (passed on undecoded); 16-bit PNGs (compressed_depth_image_transport's `16UC1; compressedDepth png`: a
-12-byte config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A topic
-whose first message robo-ray does not read (another encoding such as 32FC1 or yuv422, a 32FC1 / RVL
-compressedDepth, a point cloud, more than MAX_TOPIC_VALUES numbers) raises `NotRead`: the topic is left out, with
-its reason, and the other topics convert."""
+`rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, `16UC1` / `mono16` (depth, uint16), `32FC1` (depth in metres,
+Gazebo / Isaac Sim: written as 16UC1 millimetres, the other ROS depth encoding); CompressedImage JPEG or PNG bytes
+(passed on undecoded); 16-bit PNGs (compressed_depth_image_transport's `16UC1; compressedDepth png`: a 12-byte
+config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A topic whose
+first message robo-ray does not read (another encoding such as yuv422, a 32FC1 / RVL compressedDepth, a point
+cloud, more than MAX_TOPIC_VALUES numbers) raises `NotRead`: the topic is left out, with its reason, and the other
+topics convert."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,12 @@ ENCODINGS: dict[str, tuple[int, str, bool, bool]] = {
     "rgba8": (4, "uint8", False, True), "bgra8": (4, "uint8", True, True),
     "mono8": (1, "uint8", False, False), "8UC1": (1, "uint8", False, False),
     "mono16": (1, "uint16", False, False), "16UC1": (1, "uint16", False, False),
+    "32FC1": (1, "float32", False, False),
 }
+METRIC_DEPTH = "32FC1"  # depth in metres (float), written as uint16 millimetres
+MAX_MILLIMETRES = 65535
+METRIC_DEPTH_NOTE = ("32FC1 depth in metres, written as 16-bit millimetres like the 16UC1 depth topics (rounded to "
+                     "1 mm; NaN, inf, <= 0 and beyond 65.535 m become 0, no reading)")
 
 
 class NotRead(Exception):
@@ -46,13 +52,15 @@ class NotRead(Exception):
 @dataclass(frozen=True)
 class TopicValue:
     """What one feature takes from a topic's messages: `kind` "tensor" / "image" / "encoded" / "string", the
-    per-step shape and dtype, `part` (JointState: position / velocity / effort), `names` (per component)."""
+    per-step shape and dtype, `part` (JointState: position / velocity / effort), `names` (per component), `note`
+    (how the values differ from the messages', said in Discover's findings)."""
 
     kind: str
     shape: tuple[int, ...]
     dtype: str
     part: str = ""
     names: tuple[str, ...] | None = None
+    note: str = ""
 
 
 def numeric_leaves(msg: Any, prefix: str = "") -> list[tuple[str, np.ndarray]]:
@@ -92,8 +100,8 @@ def leaf_names(msg: Any) -> tuple[str, ...]:
 
 
 def image_array(msg: Any, where: str) -> np.ndarray:
-    """A sensor_msgs/Image as an HxWxC array in RGB order (uint8), or HxWx1 uint16 (16UC1 / mono16); the sizes are
-    checked against the data before it is viewed."""
+    """A sensor_msgs/Image as an HxWxC array in RGB order (uint8), or HxWx1 uint16 (16UC1 / mono16, and 32FC1 in
+    millimetres); the sizes are checked against the data before it is viewed."""
     enc = ENCODINGS.get(msg.encoding)
     if enc is None:
         raise DataCorrupt(f"{where}: image encoding {msg.encoding!r} is not read (one of {', '.join(ENCODINGS)})")
@@ -110,7 +118,16 @@ def image_array(msg: Any, where: str) -> np.ndarray:
         arr = arr[..., :3]
     if reverse:
         arr = arr[..., ::-1]
+    if msg.encoding == METRIC_DEPTH:
+        return metres_to_millimetres(arr)
     return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def metres_to_millimetres(metres: np.ndarray) -> np.ndarray:
+    """Float depth in metres as uint16 millimetres, rounded; what 16UC1 cannot hold (NaN, inf, <= 0, beyond
+    65.535 m) is 0, 16UC1's "no reading"."""
+    mm = np.rint(metres.astype(np.float64) * 1000.0)
+    return np.where(np.isfinite(mm) & (mm > 0) & (mm <= MAX_MILLIMETRES), mm, 0).astype(np.uint16)
 
 
 def encoded_image(msg: Any, where: str) -> bytes:
@@ -185,7 +202,8 @@ def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
         if msg.encoding not in ENCODINGS:
             raise NotRead(f"image encoding {msg.encoding!r:.40} is not read (one of {', '.join(ENCODINGS)})")
         arr = image_array(msg, where)
-        return [TopicValue("image", tuple(arr.shape), str(arr.dtype))]
+        note = METRIC_DEPTH_NOTE if msg.encoding == METRIC_DEPTH else ""
+        return [TopicValue("image", tuple(arr.shape), str(arr.dtype), note=note)]
     if msgtype == COMPRESSED:
         if is_compressed_depth(msg):
             return [_depth_format(msg, where)]

@@ -11,8 +11,10 @@ whose bag is unreadable, lacks a mapped topic or breaks the clock rule is quaran
 """
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -22,7 +24,8 @@ from robo_ray.errors import ConfigError, DataCorrupt, DataMissing, EpisodeError,
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
 from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
-from robo_ray.formats.rosbag.messages import JOINT_PARTS, extractor, widths
+from robo_ray.formats.rosbag.messages import JOINT_PARTS, JOINT_STATE, extractor, widths
+from robo_ray.formats.rosbag.publishers import Publishers, find_publishers, joint_layout, joint_values
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
 from robo_ray.formats.rosbag.topics import SKIPPED_TOPICS, Feature, declare
 from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, ScanTask, check_fps
@@ -90,13 +93,15 @@ class RosbagReader(BaseReader):
         if not paths:
             raise SourceFormatError(f"{self.url}: no ROS bags (*.mcap, *.bag, rosbag2 folders)")
         self.bags = [posixpath.relpath(p, self.root) for p in paths]
+        self.publishers: dict[str, Publishers] = {}
         self.feats, self.language, first_times, self.left_out = self._features()
         self.features = {k: f.spec for k, f in self.feats.items()}
         data = self.data_topics()
-        if clock is not None and clock not in data:
+        if clock is not None and clock not in data and clock not in self.clock_streams():
             raise ConfigError(f"source.options.clock: {clock!r} is not one of the mapped topics "
-                              f"({', '.join(data)})")
+                              f"({', '.join(dict.fromkeys([*data, *self.clock_streams()]))})")
         ref = clock if clock is not None or fps is not None else self._default_reference()
+        ref = self._stream_of(ref) if ref is not None else None
         if fps is not None:
             self.set_fps(check_fps(fps, "source.options.fps"), "--fps", held=False)
         elif ref is not None:
@@ -128,26 +133,55 @@ class RosbagReader(BaseReader):
                     topics = [t for t in wanted if bag.defined(t)]
                     undefined = {t: f"{bag.msgtype(t)}: no message definition in {rel} (a type the bag does not "
                                  "describe)" for t in wanted if t not in topics and t not in SKIPPED_TOPICS}
-                    counters = {t: fn for t in topics if (fn := widths(bag.msgtype(t))) is not None}
+                    counters = {t: joint_layout if bag.msgtype(t) == JOINT_STATE else fn for t in topics
+                                if (fn := widths(bag.msgtype(t))) is not None}
                     got = read_topics(bag, topics, self.stamps, counters, first_of=set(topics))
             except EpisodeError as exc:
                 first = first or exc
                 continue
             firsts = {t: (bag.msgtype(t), d.first) for t, d in got.items() if d.first is not None}
+            publishers, overlapping = _publishers(firsts, {t: got[t].values for t in counters}, rel)
+            for topic, pubs in publishers.items():  # declared from their merged value (its widths per part)
+                firsts[topic] = (JOINT_STATE, _merged_stand_in(pubs))
             feats, language, left_out = declare(firsts, where)
-            feats, varying = _steady(feats, {t: got[t].values for t in counters}, rel)
+            feats = {k: _named_by_publishers(f, publishers) for k, f in feats.items() if f.topic not in overlapping}
+            feats, varying = _steady(feats, {t: got[t].values for t in counters if t not in publishers}, rel)
+            left_out.update(overlapping)
             left_out.update(varying)
+            self.publishers = {t: p for t, p in publishers.items() if any(f.topic == t for f in feats.values())}
             if not feats:
                 why = "".join(f"; {t}: {r}" for t, r in sorted(left_out.items())[:5])
                 raise SourceFormatError(f"{where}: no topic with data robo-ray reads (JointState, images, numeric "
                                         f"messages); topics: {', '.join(sorted(bag.connections))}{why}")
-            return feats, language, {t: d.arrays()[1] for t, d in got.items()}, {**undefined, **left_out}
+            times = {t: d.arrays()[1] for t, d in got.items()}
+            for topic, pubs in self.publishers.items():
+                split = pubs.split(got[topic].log, got[topic].time, got[topic].values, where)
+                times.update({s: np.asarray(t, np.int64) for s, (_, t, _) in zip(pubs.streams, split)})
+            return feats, language, times, {**undefined, **left_out}
         assert first is not None
         raise SourceFormatError(f"{first} (the first bags cannot be read)")
 
     def data_topics(self) -> list[str]:
         """The topics the steps are made from (every mapped feature's), in feature order."""
         return list(dict.fromkeys(f.topic for f in self.feats.values()))
+
+    def clock_streams(self) -> list[str]:
+        """What the clock samples: every data topic, a topic of several JointState publishers as each of them."""
+        return [s for t in self.data_topics() for s in (self.publishers[t].streams if t in self.publishers else [t])]
+
+    def _stream_of(self, topic: str) -> str:
+        """A topic's stream for the clock (of several publishers: the first one's)."""
+        return self.publishers[topic].streams[0] if topic in self.publishers else topic
+
+    def _clock_times(self, got: dict[str, TopicData], where: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Each clock stream's times, and the values of the publishers' streams (their topics' split)."""
+        times = {t: got[t].arrays()[1] for t in self.data_topics() if t not in self.publishers}
+        values: dict[str, Any] = {}
+        for topic, pubs in self.publishers.items():
+            d = got[topic]
+            for name, (_, t, v) in zip(pubs.streams, pubs.split(d.log, d.time, d.values, where)):
+                times[name], values[name] = np.asarray(t, np.int64), v
+        return {s: times[s] for s in self.clock_streams()}, values
 
     def _default_reference(self) -> str | None:
         for role in ("camera", "depth", "state"):
@@ -165,23 +199,24 @@ class RosbagReader(BaseReader):
         try:
             with self._bag(rel, where) as bag:
                 self._check_topics(bag, where)
-                lang = {self.language: lambda m: str(m.data)} if self.language in bag.connections else {}
-                got = read_topics(bag, list(bag.connections), self.stamps, lang)
+                values: dict[str, Any] = {t: _joint_names for t in self.publishers}
+                if self.language in bag.connections:
+                    values[self.language] = lambda m: str(m.data)
+                got = read_topics(bag, list(bag.connections), self.stamps, values)
+                times, _ = self._clock_times(got, where)
                 for topic, d in got.items():
-                    t = d.arrays()[1]
-                    period = clock.nominal_period(t)
-                    diffs = np.diff(t)
-                    scan.topics[topic] = {"type": bag.msgtype(topic), "count": len(t), "rate_hz": _rate(period),
-                                          "gaps": len(clock.gaps(t, period)),
-                                          "max_interval_s": float(diffs.max()) / 1e9 if len(diffs) else 0.0,
+                    scan.topics[topic] = {"type": bag.msgtype(topic), **_timing(d.arrays()[1]),
                                           "stamps": "header" if d.stamped else "log (stamps unset)" if d.unset
                                           else "log"}
+                    if topic in self.publishers:  # the gaps are each publisher's (interleaved, the topic has none)
+                        pubs = {s: _timing(times[s]) for s in self.publishers[topic].streams}
+                        scan.topics[topic].update(gaps=sum(p["gaps"] for p in pubs.values()), publishers=pubs)
                 if self.language in got:
                     scan.texts = list(dict.fromkeys(got[self.language].values))
         except EpisodeError as exc:
             scan.error, scan.code = str(exc), exc.code
             return scan
-        plan = plan_steps({t: got[t].arrays()[1] for t in self.data_topics()}, self.rule, where)
+        plan = plan_steps(times, self.rule, where)
         if plan.error is not None:
             scan.error, scan.code = str(plan.error), plan.error.code
         scan.length = plan.length
@@ -216,6 +251,10 @@ class RosbagReader(BaseReader):
         refs, tasks = [], []
         findings = [Finding("warning", "RB105", f"{topic} ({why}): left out; the other topics convert")
                     for topic, why in sorted(self.left_out.items())]
+        findings += [Finding("warning", "RB107", f"{f.topic} ({f.msgtype}): {f.value.note}")
+                     for f in self.feats.values() if f.value.note]
+        findings += [Finding("warning", "RB108", f"{topic} ({JOINT_STATE}): {pubs.describe()}")
+                     for topic, pubs in self.publishers.items()]
         topics: dict[str, dict[str, Any]] = {}
         for i, s in enumerate(scans):
             where = self._where(i, s.rel)
@@ -233,6 +272,11 @@ class RosbagReader(BaseReader):
                 agg["count"] += info["count"]
                 agg["gaps"] += info["gaps"]
                 agg["rates_hz"].append(info["rate_hz"])
+                for stream, pub in info.get("publishers", {}).items():
+                    one = agg.setdefault("publishers", {}).setdefault(stream, {"count": 0, "gaps": 0, "rates_hz": []})
+                    one["count"] += pub["count"]
+                    one["gaps"] += pub["gaps"]
+                    one["rates_hz"].append(pub["rate_hz"])
             lang = s.texts[-1] if s.texts else ""
             if lang and lang not in tasks:
                 tasks.append(lang)
@@ -242,8 +286,9 @@ class RosbagReader(BaseReader):
             if agg["stamps"] == "log (stamps unset)" and (topic in self.data_topics() or topic == self.language):
                 findings.append(Finding("warning", "RB106", f"{topic} ({agg['type']}): every header stamp is 0 (its "
                                         "publisher never set it): receive times are used for it"))
-            rates = agg.pop("rates_hz")
-            agg["rate_hz"] = float(np.median(rates)) if rates else 0.0
+            for one in [agg, *agg.get("publishers", {}).values()]:
+                rates = one.pop("rates_hz")
+                one["rate_hz"] = float(np.median(rates)) if rates else 0.0
             agg["mapped"] = topic in self.data_topics() or topic == self.language
             if agg["gaps"] and agg["mapped"]:
                 findings.append(Finding("warning", "RB104", f"{topic} ({agg['type']}, {agg['rate_hz']:g} Hz): "
@@ -268,14 +313,15 @@ class RosbagReader(BaseReader):
         cams = {k: f for k, f in self.feats.items() if f.spec.kind == "image"}
         with self._bag(rel, where) as bag:
             self._check_topics(bag, where)
-            values = {f.topic: _multi(self.feats, f.topic, where) for f in self.feats.values()
-                      if f.spec.kind == "tensor"}
+            values = {f.topic: joint_values if f.topic in self.publishers else _multi(self.feats, f.topic, where)
+                      for f in self.feats.values() if f.spec.kind == "tensor"}
             if self.language in bag.connections:
                 values[self.language] = lambda m: str(m.data)
             got = read_topics(bag, [*self.data_topics(), *([self.language] if self.language else [])],
                               self.stamps, values)
             kind = bag_kind(self.fs, posixpath.join(self.root, rel)) or "?"
-        plan = plan_steps({t: got[t].arrays()[1] for t in self.data_topics()}, self.rule, where)
+        times, published = self._clock_times(got, where)
+        plan = plan_steps(times, self.rule, where)
         if plan.error is not None:
             raise plan.error
         steps = plan.length
@@ -284,6 +330,9 @@ class RosbagReader(BaseReader):
         ep = Episode(ref=ref, length=steps)
         for key, f in self.feats.items():
             if f.spec.kind != "tensor":
+                continue
+            if f.topic in self.publishers:
+                ep.columns[key] = _merged_column(self.publishers[f.topic], f, plan, published, where)
                 continue
             idx = plan.sampled[f.topic].index
             part = f.value.part or ""
@@ -315,15 +364,78 @@ class RosbagReader(BaseReader):
         return [data.values[j] for j in idx]
 
 
-def _steady(feats: dict[str, Feature], counts: dict[str, list[tuple[int, ...]]], rel: str
+def _timing(t: np.ndarray) -> dict[str, Any]:
+    """A stream's count, rate, gaps and largest interval (Discover's per-topic columns)."""
+    period = clock.nominal_period(t)
+    diffs = np.diff(t)
+    return {"count": len(t), "rate_hz": _rate(period), "gaps": len(clock.gaps(t, period)),
+            "max_interval_s": float(diffs.max()) / 1e9 if len(diffs) else 0.0}
+
+
+def _joint_names(msg: Any) -> tuple[tuple[str, ...], None]:
+    """What Discover keeps of a publishers' topic message: its joint names (which publisher), no values."""
+    return tuple(str(n) for n in msg.name), None
+
+
+def _publishers(firsts: dict[str, tuple[str, Any]], layouts: dict[str, list[Any]], rel: str
+                ) -> tuple[dict[str, Publishers], dict[str, str]]:
+    """The JointState topics of several publishers in the first bag (publishers.py), and those whose publishers
+    overlap (topic -> why they are left out)."""
+    found: dict[str, Publishers] = {}
+    overlapping: dict[str, str] = {}
+    for topic, (msgtype, _) in firsts.items():
+        if msgtype != JOINT_STATE or topic not in layouts:
+            continue
+        pubs = find_publishers(topic, layouts[topic])
+        if isinstance(pubs, Publishers):
+            found[topic] = pubs
+        elif pubs is not None:
+            overlapping[topic] = f"{msgtype}: {pubs} in {rel}"
+    return found, overlapping
+
+
+def _merged_stand_in(pubs: Publishers) -> Any:
+    """A JointState-shaped first message of the publishers' merged value (what `declare` makes features of)."""
+    return SimpleNamespace(name=list(pubs.names("position")) if "position" in pubs.parts else [],
+                           **{p: np.zeros(len(pubs.names(p)) if p in pubs.parts else 0) for p in JOINT_PARTS})
+
+
+def _named_by_publishers(f: Feature, publishers: dict[str, Publishers]) -> Feature:
+    """A feature of a publishers' topic with its part's joint names (the stand-in names only the positions')."""
+    pubs = publishers.get(f.topic)
+    if pubs is None or f.value.part not in pubs.parts:
+        return f
+    names = pubs.names(f.value.part)
+    return Feature(dataclasses.replace(f.spec, names=names), f.topic, f.msgtype,
+                   dataclasses.replace(f.value, names=names))
+
+
+def _merged_column(pubs: Publishers, f: Feature, plan: StepPlan, published: dict[str, Any], where: str
+                   ) -> np.ndarray:
+    """A publishers' topic feature per step: each publisher's message at the step, side by side."""
+    part = f.value.part or "position"
+    pieces = []
+    for k in pubs.parts[part]:
+        stream = pubs.streams[k]
+        rows = [published[stream][j][part] for j in plan.sampled[stream].index]
+        for row in rows:
+            if len(row) != len(pubs.groups[k]):
+                raise DataCorrupt(f"{where}: a {stream} message has {len(row)} {part} values for its "
+                                  f"{len(pubs.groups[k])} joints")
+        pieces.append(np.stack(rows) if rows else np.zeros((0, len(pubs.groups[k]))))
+    return np.concatenate(pieces, axis=1)
+
+
+def _steady(feats: dict[str, Feature], counts: dict[str, list[Any]], rel: str
             ) -> tuple[dict[str, Feature], dict[str, str]]:
     """The features without the topics whose messages in the first bag give a varying number of values (a
-    variable-length array; several publishers with different joints on one JointState topic): no fixed per-step
-    shape, so such a topic is left out (topic -> why) instead of quarantining every episode."""
+    variable-length array; JointState publishers not told apart by joint names): no fixed per-step shape, so
+    such a topic is left out (topic -> why) instead of quarantining every episode. `counts`: per message, its
+    widths (a JointState's: its layout, names and widths per part)."""
     varying: dict[str, str] = {}
     for f in feats.values():
         k = JOINT_PARTS.index(f.value.part) if f.value.part else 0
-        sizes = {c[k] for c in counts.get(f.topic, [])}
+        sizes = {(c[1] if f.msgtype == JOINT_STATE else c)[k] for c in counts.get(f.topic, [])}
         if len(sizes) > 1 and f.topic not in varying:
             varying[f.topic] = (f"{f.msgtype}: its messages in {rel} hold {min(sizes)} to {max(sizes)} values"
                                 f"{f' ({f.value.part})' if f.value.part else ''}, not one size a step")

@@ -1,0 +1,103 @@
+"""Several publishers on one JointState topic (an arm driver's 7 joints and a gripper driver's 1 on /joint_states, as
+ros2_control and most real robots record them), merged by joint name.
+
+Each publisher is told apart by the set of joint names its messages carry. When the first bag's messages on a
+JointState topic carry more than one set and the sets share no joint, the topic is read as its publishers: each is
+a stream of its own for the clock (its own times, rate, gaps and skew: `/joint_states[joint_0..joint_6]`), sampled
+as-of each step on its own, and a step's value is the publishers' values side by side in their first messages'
+order (joint names in the order each publisher's first message lists them; a later message listing them in another
+order is put back in that order). A part (position / velocity / effort) is taken from the publishers whose first
+message has it. Sets that overlap cannot be merged (which value would a shared joint take?): the topic is left out
+with its reason. A later bag with a set the first bag did not have quarantines that episode with its line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from robo_ray.errors import DataCorrupt
+from robo_ray.formats.rosbag.messages import JOINT_PARTS
+
+Layout = tuple[tuple[str, ...], tuple[int, ...]]  # a message's joint names, and the length of each part
+
+
+def joint_layout(msg: Any) -> Layout:
+    """A JointState message's joint names and how many values each of position / velocity / effort holds."""
+    return tuple(str(n) for n in msg.name), tuple(len(getattr(msg, p)) for p in JOINT_PARTS)
+
+
+def joint_values(msg: Any) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
+    """A JointState message's joint names and its parts (float64)."""
+    return (tuple(str(n) for n in msg.name),
+            {p: np.asarray(getattr(msg, p), dtype=np.float64).ravel() for p in JOINT_PARTS})
+
+
+def stream_name(topic: str, joints: Sequence[str]) -> str:
+    """How a publisher of `topic` is named (clock, findings, errors): the topic and its first and last joint."""
+    label = joints[0] if len(joints) == 1 else f"{joints[0]}..{joints[-1]}"
+    return f"{topic}[{label}]"
+
+
+@dataclass(frozen=True)
+class Publishers:
+    """The publishers of one JointState topic: each one's joint names (in its first message's order, publishers in
+    the order their first messages came) and, per part, the publishers whose first message has it."""
+
+    topic: str
+    groups: tuple[tuple[str, ...], ...]
+    parts: dict[str, tuple[int, ...]]
+
+    @property
+    def streams(self) -> list[str]:
+        return [stream_name(self.topic, g) for g in self.groups]
+
+    def names(self, part: str) -> tuple[str, ...]:
+        """The joint names of a part's merged value, in order."""
+        return tuple(n for k in self.parts[part] for n in self.groups[k])
+
+    def describe(self) -> str:
+        joints = "; ".join(", ".join(g) if len(g) <= 3 else f"{g[0]} .. {g[-1]} ({len(g)})" for g in self.groups)
+        return (f"{len(self.groups)} publishers ({joints}) merged by joint name into one value of "
+                f"{sum(len(g) for g in self.groups)} joints, each publisher sampled as-of the step on its own")
+
+    def split(self, log: Sequence[int], time: Sequence[int], values: Sequence[tuple[tuple[str, ...], Any]],
+              where: str) -> list[tuple[list[int], list[int], list[Any]]]:
+        """Each publisher's (receive times, clock times, values) from the topic's messages, whose values are
+        (joint names, payload); a payload of parts is put in the publisher's joint order."""
+        by_set = {frozenset(g): k for k, g in enumerate(self.groups)}
+        out: list[tuple[list[int], list[int], list[Any]]] = [([], [], []) for _ in self.groups]
+        for lt, t, (names, payload) in zip(log, time, values):
+            k = by_set.get(frozenset(names))
+            if k is None or len(names) != len(self.groups[k]):
+                raise DataCorrupt(f"{where}: a {self.topic} message with joints {list(names)[:8]} is none of the "
+                                  f"first bag's publishers ({'; '.join(self.streams)})")
+            if isinstance(payload, dict) and names != self.groups[k]:
+                order = [names.index(n) for n in self.groups[k]]
+                payload = {p: v[order] if len(v) == len(names) else v for p, v in payload.items()}
+            log_k, time_k, values_k = out[k]
+            log_k.append(lt)
+            time_k.append(t)
+            values_k.append(payload)
+        return out
+
+
+def find_publishers(topic: str, layouts: Sequence[Layout]) -> Publishers | str | None:
+    """The publishers of a JointState topic from its messages' layouts in the first bag: None for one publisher
+    (one set of joint names), a reason (str) when the sets overlap, else the Publishers."""
+    first: dict[frozenset[str], Layout] = {}
+    for names, lens in layouts:
+        first.setdefault(frozenset(names), (names, lens))
+    if len(first) <= 1:
+        return None
+    groups = [names for names, _ in first.values()]
+    seen: set[str] = set()
+    for g in groups:
+        if seen & set(g) or len(set(g)) != len(g):
+            return (f"its messages carry {len(groups)} sets of joint names that share joints (publishers that "
+                    "overlap cannot be merged by name)")
+        seen |= set(g)
+    parts = {p: tuple(k for k, (names, lens) in enumerate(first.values()) if lens[i] == len(names) and lens[i])
+             for i, p in enumerate(JOINT_PARTS)}
+    return Publishers(topic, tuple(groups), {p: ks for p, ks in parts.items() if ks})
