@@ -195,7 +195,7 @@ def test_point_clouds_and_oversized_messages_are_not_step_features() -> None:
     joints = build(TS2, "sensor_msgs/msg/JointState", {"name": ["a", "b"], "position": np.ones(2),
                                                        "velocity": np.zeros(0), "effort": np.ones(2)})
     count = widths("sensor_msgs/msg/JointState")
-    assert count is not None and count(joints) == (2, 0, 2)
+    assert count is not None and count(joints) == (("a", "b"), (2, 0, 2))  # names too: which publisher
     small = build(TS2, "std_msgs/msg/Float32MultiArray", {"data": np.zeros(5, np.float32)})
     count = widths("std_msgs/msg/Float32MultiArray")
     assert count is not None and count(small) == (5,)

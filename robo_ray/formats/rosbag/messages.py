@@ -27,6 +27,7 @@ SKIPPED_TYPES = {"std_msgs/msg/Header", "std_msgs/msg/MultiArrayLayout"}
 POINT_CLOUDS = {"sensor_msgs/msg/PointCloud2", "sensor_msgs/msg/PointCloud"}
 MAX_TOPIC_VALUES = 1 << 14  # numbers one message may give a step (a LaserScan's ranges fit; a point cloud does not)
 JOINT_PARTS = ("position", "velocity", "effort")
+Layout = tuple[tuple[str, ...], tuple[int, ...]]  # a JointState message's joint names, and the length of each part
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I")  # PIL's modes of a 16-bit grey PNG
 DEPTH_HEADER_MAX = 64  # compressedDepth: the PNG follows a small config header (12 bytes in ROS 1 and ROS 2)
@@ -230,13 +231,19 @@ def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
     return [TopicValue("tensor", (n,), "float64", names=leaf_names(msg))] if n else []
 
 
-def widths(msgtype: str) -> Callable[[Any], tuple[int, ...]] | None:
-    """How many numbers each message of a numeric topic gives (per JointState part), to find topics whose width
-    varies (a variable-length array, several publishers on one topic); None for types read otherwise."""
+def joint_layout(msg: Any) -> Layout:
+    """A JointState message's joint names and how many values each of position / velocity / effort holds."""
+    return tuple(str(n) for n in msg.name), tuple(len(getattr(msg, p)) for p in JOINT_PARTS)
+
+
+def widths(msgtype: str) -> Callable[[Any], Any] | None:
+    """How many numbers each message of a numeric topic gives, to find topics whose width varies (a variable-length
+    array); a JointState's layout (its joint names too: several publishers on one topic); None for types read
+    otherwise."""
     if msgtype in (IMAGE, COMPRESSED, STRING) or msgtype in POINT_CLOUDS:
         return None
     if msgtype == JOINT_STATE:
-        return lambda msg: tuple(len(getattr(msg, part)) for part in JOINT_PARTS)
+        return joint_layout
     return lambda msg: (len(tensor_values(msg, msgtype)),)
 
 

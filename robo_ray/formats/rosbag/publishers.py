@@ -18,14 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from robo_ray.errors import DataCorrupt
-from robo_ray.formats.rosbag.messages import JOINT_PARTS
-
-Layout = tuple[tuple[str, ...], tuple[int, ...]]  # a message's joint names, and the length of each part
-
-
-def joint_layout(msg: Any) -> Layout:
-    """A JointState message's joint names and how many values each of position / velocity / effort holds."""
-    return tuple(str(n) for n in msg.name), tuple(len(getattr(msg, p)) for p in JOINT_PARTS)
+from robo_ray.formats.rosbag.messages import JOINT_PARTS, Layout
 
 
 def joint_values(msg: Any) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:

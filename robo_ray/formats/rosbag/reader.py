@@ -25,7 +25,7 @@ from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
 from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
 from robo_ray.formats.rosbag.messages import JOINT_PARTS, JOINT_STATE, extractor, widths
-from robo_ray.formats.rosbag.publishers import Publishers, find_publishers, joint_layout, joint_values
+from robo_ray.formats.rosbag.publishers import Publishers, find_publishers, joint_values
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
 from robo_ray.formats.rosbag.topics import SKIPPED_TOPICS, Feature, declare
 from robo_ray.readers.base import BaseReader, Finding, Inventory, MetaType, ScanTask, check_fps
@@ -133,8 +133,7 @@ class RosbagReader(BaseReader):
                     topics = [t for t in wanted if bag.defined(t)]
                     undefined = {t: f"{bag.msgtype(t)}: no message definition in {rel} (a type the bag does not "
                                  "describe)" for t in wanted if t not in topics and t not in SKIPPED_TOPICS}
-                    counters = {t: joint_layout if bag.msgtype(t) == JOINT_STATE else fn for t in topics
-                                if (fn := widths(bag.msgtype(t))) is not None}
+                    counters = {t: fn for t in topics if (fn := widths(bag.msgtype(t))) is not None}
                     got = read_topics(bag, topics, self.stamps, counters, first_of=set(topics))
             except EpisodeError as exc:
                 first = first or exc
