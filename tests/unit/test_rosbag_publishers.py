@@ -45,3 +45,8 @@ def test_split_routes_each_message_to_its_publisher_in_its_joint_order() -> None
         pubs.split([1], [1], [(("base",), None)], "bag x")
     with pytest.raises(DataCorrupt, match="none of the first bag's publishers"):
         pubs.split([1], [1], [(("j0", "j1"), None)], "bag x")  # a subset of a publisher's joints
+
+
+def test_a_publisher_whose_messages_vary_in_size_is_not_merged() -> None:
+    why = find_publishers("/js", [(ARM, (3, 3, 0)), (("grip",), (1, 0, 0)), (ARM, (3, 0, 0))])
+    assert isinstance(why, str) and "/js[j0..j2] vary in size ([3, 0, 0] / [3, 3, 0]" in why, why

@@ -7,8 +7,8 @@ a stream of its own for the clock (its own times, rate, gaps and skew: `/joint_s
 as-of each step on its own, and a step's value is the publishers' values side by side in their first messages'
 order (joint names in the order each publisher's first message lists them; a later message listing them in another
 order is put back in that order). A part (position / velocity / effort) is taken from the publishers whose first
-message has it. Sets that overlap cannot be merged (which value would a shared joint take?): the topic is left out
-with its reason. A later bag with a set the first bag did not have quarantines that episode with its line.
+message has it. Sets that overlap cannot be merged (which value would a shared joint take?), nor a publisher whose
+messages vary in size: the topic is left out with its reason. A later bag with a set the first bag did not have quarantines that episode with its line.
 """
 from __future__ import annotations
 
@@ -80,8 +80,10 @@ def find_publishers(topic: str, layouts: Sequence[Layout]) -> Publishers | str |
     """The publishers of a JointState topic from its messages' layouts in the first bag: None for one publisher
     (one set of joint names), a reason (str) when the sets overlap, else the Publishers."""
     first: dict[frozenset[str], Layout] = {}
+    widths: dict[frozenset[str], set[tuple[int, ...]]] = {}
     for names, lens in layouts:
         first.setdefault(frozenset(names), (names, lens))
+        widths.setdefault(frozenset(names), set()).add(lens)
     if len(first) <= 1:
         return None
     groups = [names for names, _ in first.values()]
@@ -91,6 +93,10 @@ def find_publishers(topic: str, layouts: Sequence[Layout]) -> Publishers | str |
             return (f"its messages carry {len(groups)} sets of joint names that share joints (publishers that "
                     "overlap cannot be merged by name)")
         seen |= set(g)
+    for key, (names, _) in first.items():
+        if len(widths[key]) > 1:
+            return (f"the messages of its publisher {stream_name(topic, names)} vary in size "
+                    f"({' / '.join(str(list(w)) for w in sorted(widths[key]))} position, velocity, effort values)")
     parts = {p: tuple(k for k, (names, lens) in enumerate(first.values()) if lens[i] == len(names) and lens[i])
              for i, p in enumerate(JOINT_PARTS)}
     return Publishers(topic, tuple(groups), {p: ks for p, ks in parts.items() if ks})

@@ -139,13 +139,13 @@ class RosbagReader(BaseReader):
                 first = first or exc
                 continue
             firsts = {t: (bag.msgtype(t), d.first) for t, d in got.items() if d.first is not None}
-            publishers, overlapping = _publishers(firsts, {t: got[t].values for t in counters}, rel)
+            publishers, unmerged = _publishers(firsts, {t: got[t].values for t in counters}, rel)
             for topic, pubs in publishers.items():  # declared from their merged value (its widths per part)
                 firsts[topic] = (JOINT_STATE, _merged_stand_in(pubs))
             feats, language, left_out = declare(firsts, where)
-            feats = {k: _named_by_publishers(f, publishers) for k, f in feats.items() if f.topic not in overlapping}
+            feats = {k: _named_by_publishers(f, publishers) for k, f in feats.items() if f.topic not in unmerged}
             feats, varying = _steady(feats, {t: got[t].values for t in counters if t not in publishers}, rel)
-            left_out.update(overlapping)
+            left_out.update(unmerged)
             left_out.update(varying)
             self.publishers = {t: p for t, p in publishers.items() if any(f.topic == t for f in feats.values())}
             if not feats:
@@ -379,9 +379,9 @@ def _joint_names(msg: Any) -> tuple[tuple[str, ...], None]:
 def _publishers(firsts: dict[str, tuple[str, Any]], layouts: dict[str, list[Any]], rel: str
                 ) -> tuple[dict[str, Publishers], dict[str, str]]:
     """The JointState topics of several publishers in the first bag (publishers.py), and those whose publishers
-    overlap (topic -> why they are left out)."""
+    cannot be merged (they share joints, a publisher's messages vary in size: topic -> why they are left out)."""
     found: dict[str, Publishers] = {}
-    overlapping: dict[str, str] = {}
+    unmerged: dict[str, str] = {}
     for topic, (msgtype, _) in firsts.items():
         if msgtype != JOINT_STATE or topic not in layouts:
             continue
@@ -389,8 +389,8 @@ def _publishers(firsts: dict[str, tuple[str, Any]], layouts: dict[str, list[Any]
         if isinstance(pubs, Publishers):
             found[topic] = pubs
         elif pubs is not None:
-            overlapping[topic] = f"{msgtype}: {pubs} in {rel}"
-    return found, overlapping
+            unmerged[topic] = f"{msgtype}: {pubs} in {rel}"
+    return found, unmerged
 
 
 def _merged_stand_in(pubs: Publishers) -> Any:
