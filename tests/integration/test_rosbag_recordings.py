@@ -263,13 +263,14 @@ def test_header_stamps_never_set_take_receive_times(tmp_path: Path) -> None:
         np.testing.assert_array_equal(ep["steps"]["action"], w["action"].astype(np.float32))
 
 
-def _gripper_publisher(names: list[str], position: float) -> Callable[[list[Any]], list[Any]]:
+def _gripper_publisher(names: list[str], position: float, stamped: bool = True
+                       ) -> Callable[[list[Any]], list[Any]]:
     """A second /joint_states publisher (a gripper driver: position only, no velocity), at /arm/command's 20 Hz,
-    header stamps 5 ms after those times."""
+    header stamps 5 ms after those times (`stamped` False: every stamp 0, never set)."""
     def add(messages: list[Any]) -> list[Any]:
         extra = [(t + 5_000_000, "/joint_states", "sensor_msgs/msg/JointState", {
-            "header": {"stamp": {"sec": (t + 5_000_000) // 10**9, "nanosec": (t + 5_000_000) % 10**9},
-                       "frame_id": ""},
+            "header": {"stamp": {"sec": (t + 5_000_000) // 10**9 if stamped else 0,
+                                 "nanosec": (t + 5_000_000) % 10**9 if stamped else 0}, "frame_id": ""},
             "name": names, "position": np.full(len(names), position + 1e-3 * k), "velocity": np.zeros(0),
             "effort": np.zeros(0)})
             for k, (t, topic, _, _) in enumerate(m for m in messages if m[1] == "/arm/command")]
@@ -287,12 +288,14 @@ def _reversed_joints_every_other(messages: list[Any]) -> list[Any]:
 
 
 def _publishers_truth(bag: Path) -> dict[str, Any]:
-    """The merged state by the rule, each publisher (told apart by its joint names) sampled as-of on its own."""
+    """The merged state by the rule, each publisher (told apart by its joint names) sampled as-of on its own; a
+    publisher whose stamps are all 0 by its receive times."""
     topics = raw_topics(bag)
     times, msgs = topics.pop("/joint_states")
+    received = raw_topics(bag, "log")["/joint_states"][0]
     for key, size in (("arm", 7), ("gripper", 1)):
         keep = [i for i, m in enumerate(msgs) if len(m.name) == size]
-        topics[key] = (times[keep], [msgs[i] for i in keep])
+        topics[key] = (times[keep] if times[keep].any() else received[keep], [msgs[i] for i in keep])
     data = ["arm", "gripper", *DATA[1:]]
     start = max(int(topics[t][0][0]) for t in data)
     end = min(int(topics[t][0][-1]) for t in data)
@@ -344,6 +347,22 @@ def test_joint_states_from_two_publishers_are_merged_by_joint_name(tmp_path: Pat
         ep_velocity = [k for k in ep["steps"] if k.endswith("velocity")]
         assert len(ep_velocity) == 1
         np.testing.assert_array_equal(ep["steps"][ep_velocity[0]], w["velocity"].astype(np.float32))
+
+
+def test_a_publisher_that_never_sets_its_stamps_is_read_by_receive_times(tmp_path: Path) -> None:
+    """The gripper driver never sets header.stamp (all 0) while the arm's are set: the gripper's receive times are
+    used for it alone (RB106 names that publisher), and the merged state follows the rule."""
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "rosbag2_sqlite3", episodes=2, seconds=1.5)
+    for ep in (0, 1):
+        rosbag_gen.rewrite(src, ep, "rosbag2_sqlite3", messages=_gripper_publisher(["gripper"], 0.04, stamped=False))
+    inv = open_reader(str(src), options={"fps": FPS}).discover()
+    assert [f.message.split(" ")[0] for f in inv.findings if f.code == "RB106"] == ["/joint_states[gripper]"]
+    assert "RB101" not in {f.code for f in inv.findings}, inv.findings
+    want = [_publishers_truth(b) for b in bags(src)]
+    assert [r.length for r in inv.refs] == [w["length"] for w in want] and all(w["length"] > 10 for w in want)
+    episodes = load_rlds(Path(convert(src, tmp_path / "out", "rlds", fps=FPS).dataset_dir))
+    for ep, w in zip(episodes, want):
+        np.testing.assert_array_equal(ep["steps"]["observation/state"], w["state"].astype(np.float32))
 
 
 def test_joint_state_publishers_that_overlap_or_appear_later(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ JointState topic carry more than one set and the sets share no joint, the topic 
 a stream of its own for the clock (its own times, rate, gaps and skew: `/joint_states[joint_0..joint_6]`), sampled
 as-of each step on its own, and a step's value is the publishers' values side by side in their first messages'
 order (joint names in the order each publisher's first message lists them; a later message listing them in another
-order is put back in that order). A part (position / velocity / effort) is taken from the publishers whose first
+order is put back in that order; a publisher that never sets its header stamps takes its receive times). A part (position / velocity / effort) is taken from the publishers whose first
 message has it. Sets that overlap cannot be merged (which value would a shared joint take?), nor a publisher whose
 messages vary in size: the topic is left out with its reason. A later bag with a set the first bag did not have quarantines that episode with its line.
 """
@@ -19,6 +19,7 @@ import numpy as np
 
 from robo_ray.errors import DataCorrupt
 from robo_ray.formats.rosbag.messages import JOINT_PARTS, Layout
+from robo_ray.formats.rosbag.steps import TopicData
 
 
 def joint_values(msg: Any) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
@@ -55,24 +56,28 @@ class Publishers:
         return (f"{len(self.groups)} publishers ({joints}) merged by joint name into one value of "
                 f"{sum(len(g) for g in self.groups)} joints, each publisher sampled as-of the step on its own")
 
-    def split(self, log: Sequence[int], time: Sequence[int], values: Sequence[tuple[tuple[str, ...], Any]],
-              where: str) -> list[tuple[list[int], list[int], list[Any]]]:
-        """Each publisher's (receive times, clock times, values) from the topic's messages, whose values are
-        (joint names, payload); a payload of parts is put in the publisher's joint order."""
+    def split(self, data: TopicData, where: str) -> dict[str, TopicData]:
+        """Each publisher's messages (stream name -> its data) from the topic's, whose values are (joint names,
+        payload); a payload of parts is put in the publisher's joint order. A publisher whose header stamps are all
+        0 (never set) takes its receive times, as a topic's would."""
         by_set = {frozenset(g): k for k, g in enumerate(self.groups)}
-        out: list[tuple[list[int], list[int], list[Any]]] = [([], [], []) for _ in self.groups]
-        for lt, t, (names, payload) in zip(log, time, values):
+        streams = self.streams
+        out = {name: TopicData(stamped=data.stamped, unset=data.unset) for name in streams}
+        for lt, t, (names, payload) in zip(data.log, data.time, data.values):
             k = by_set.get(frozenset(names))
             if k is None or len(names) != len(self.groups[k]):
                 raise DataCorrupt(f"{where}: a {self.topic} message with joints {list(names)[:8]} is none of the "
-                                  f"first bag's publishers ({'; '.join(self.streams)})")
+                                  f"first bag's publishers ({'; '.join(streams)})")
             if isinstance(payload, dict) and names != self.groups[k]:
                 order = [names.index(n) for n in self.groups[k]]
                 payload = {p: v[order] if len(v) == len(names) else v for p, v in payload.items()}
-            log_k, time_k, values_k = out[k]
-            log_k.append(lt)
-            time_k.append(t)
-            values_k.append(payload)
+            one = out[streams[k]]
+            one.log.append(lt)
+            one.time.append(t)
+            one.values.append(payload)
+        for one in out.values():
+            if one.stamped and one.time and not any(one.time):
+                one.time, one.stamped, one.unset = list(one.log), False, True
         return out
 
 

@@ -154,8 +154,7 @@ class RosbagReader(BaseReader):
                                         f"messages); topics: {', '.join(sorted(bag.connections))}{why}")
             times = {t: d.arrays()[1] for t, d in got.items()}
             for topic, pubs in self.publishers.items():
-                split = pubs.split(got[topic].log, got[topic].time, got[topic].values, where)
-                times.update({s: np.asarray(t, np.int64) for s, (_, t, _) in zip(pubs.streams, split)})
+                times.update({s: d.arrays()[1] for s, d in pubs.split(got[topic], where).items()})
             return feats, language, times, {**undefined, **left_out}
         assert first is not None
         raise SourceFormatError(f"{first} (the first bags cannot be read)")
@@ -172,15 +171,12 @@ class RosbagReader(BaseReader):
         """A topic's stream for the clock (of several publishers: the first one's)."""
         return self.publishers[topic].streams[0] if topic in self.publishers else topic
 
-    def _clock_times(self, got: dict[str, TopicData], where: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Each clock stream's times, and the values of the publishers' streams (their topics' split)."""
-        times = {t: got[t].arrays()[1] for t in self.data_topics() if t not in self.publishers}
-        values: dict[str, Any] = {}
+    def _streams(self, got: dict[str, TopicData], where: str) -> dict[str, TopicData]:
+        """Each clock stream's messages: a data topic's own, a publishers' topic's split into its publishers."""
+        out = {t: got[t] for t in self.data_topics() if t not in self.publishers}
         for topic, pubs in self.publishers.items():
-            d = got[topic]
-            for name, (_, t, v) in zip(pubs.streams, pubs.split(d.log, d.time, d.values, where)):
-                times[name], values[name] = np.asarray(t, np.int64), v
-        return {s: times[s] for s in self.clock_streams()}, values
+            out.update(pubs.split(got[topic], where))
+        return {s: out[s] for s in self.clock_streams()}
 
     def _default_reference(self) -> str | None:
         for role in ("camera", "depth", "state"):
@@ -202,20 +198,18 @@ class RosbagReader(BaseReader):
                 if self.language in bag.connections:
                     values[self.language] = lambda m: str(m.data)
                 got = read_topics(bag, list(bag.connections), self.stamps, values)
-                times, _ = self._clock_times(got, where)
+                streams = self._streams(got, where)
                 for topic, d in got.items():
-                    scan.topics[topic] = {"type": bag.msgtype(topic), **_timing(d.arrays()[1]),
-                                          "stamps": "header" if d.stamped else "log (stamps unset)" if d.unset
-                                          else "log"}
+                    scan.topics[topic] = {"type": bag.msgtype(topic), **_timing(d)}
                     if topic in self.publishers:  # the gaps are each publisher's (interleaved, the topic has none)
-                        pubs = {s: _timing(times[s]) for s in self.publishers[topic].streams}
+                        pubs = {s: _timing(streams[s]) for s in self.publishers[topic].streams}
                         scan.topics[topic].update(gaps=sum(p["gaps"] for p in pubs.values()), publishers=pubs)
                 if self.language in got:
                     scan.texts = list(dict.fromkeys(got[self.language].values))
         except EpisodeError as exc:
             scan.error, scan.code = str(exc), exc.code
             return scan
-        plan = plan_steps(times, self.rule, where)
+        plan = plan_steps({s: d.arrays()[1] for s, d in streams.items()}, self.rule, where)
         if plan.error is not None:
             scan.error, scan.code = str(plan.error), plan.error.code
         scan.length = plan.length
@@ -272,7 +266,8 @@ class RosbagReader(BaseReader):
                 agg["gaps"] += info["gaps"]
                 agg["rates_hz"].append(info["rate_hz"])
                 for stream, pub in info.get("publishers", {}).items():
-                    one = agg.setdefault("publishers", {}).setdefault(stream, {"count": 0, "gaps": 0, "rates_hz": []})
+                    one = agg.setdefault("publishers", {}).setdefault(stream, {"count": 0, "gaps": 0, "rates_hz": [],
+                                                                               "stamps": pub["stamps"]})
                     one["count"] += pub["count"]
                     one["gaps"] += pub["gaps"]
                     one["rates_hz"].append(pub["rate_hz"])
@@ -282,9 +277,11 @@ class RosbagReader(BaseReader):
             refs.append(EpisodeRef(i, s.length, s.rel, tasks=(lang,) if lang else (),
                                    source_id=posixpath.basename(s.rel.rstrip("/"))))
         for topic, agg in topics.items():
-            if agg["stamps"] == "log (stamps unset)" and (topic in self.data_topics() or topic == self.language):
-                findings.append(Finding("warning", "RB106", f"{topic} ({agg['type']}): every header stamp is 0 (its "
-                                        "publisher never set it): receive times are used for it"))
+            unset = [topic] if agg["stamps"] == "log (stamps unset)" else \
+                [s for s, one in agg.get("publishers", {}).items() if one["stamps"] == "log (stamps unset)"]
+            if unset and (topic in self.data_topics() or topic == self.language):
+                findings += [Finding("warning", "RB106", f"{s} ({agg['type']}): every header stamp is 0 (its publisher "
+                                     "never set it): receive times are used for it") for s in unset]
             for one in [agg, *agg.get("publishers", {}).values()]:
                 rates = one.pop("rates_hz")
                 one["rate_hz"] = float(np.median(rates)) if rates else 0.0
@@ -319,8 +316,8 @@ class RosbagReader(BaseReader):
             got = read_topics(bag, [*self.data_topics(), *([self.language] if self.language else [])],
                               self.stamps, values)
             kind = bag_kind(self.fs, posixpath.join(self.root, rel)) or "?"
-        times, published = self._clock_times(got, where)
-        plan = plan_steps(times, self.rule, where)
+        streams = self._streams(got, where)
+        plan = plan_steps({s: d.arrays()[1] for s, d in streams.items()}, self.rule, where)
         if plan.error is not None:
             raise plan.error
         steps = plan.length
@@ -331,7 +328,7 @@ class RosbagReader(BaseReader):
             if f.spec.kind != "tensor":
                 continue
             if f.topic in self.publishers:
-                ep.columns[key] = _merged_column(self.publishers[f.topic], f, plan, published, where)
+                ep.columns[key] = _merged_column(self.publishers[f.topic], f, plan, streams, where)
                 continue
             idx = plan.sampled[f.topic].index
             part = f.value.part or ""
@@ -363,12 +360,14 @@ class RosbagReader(BaseReader):
         return [data.values[j] for j in idx]
 
 
-def _timing(t: np.ndarray) -> dict[str, Any]:
-    """A stream's count, rate, gaps and largest interval (Discover's per-topic columns)."""
+def _timing(d: TopicData) -> dict[str, Any]:
+    """A stream's count, rate, gaps, largest interval and time base (Discover's per-topic columns)."""
+    t = d.arrays()[1]
     period = clock.nominal_period(t)
     diffs = np.diff(t)
     return {"count": len(t), "rate_hz": _rate(period), "gaps": len(clock.gaps(t, period)),
-            "max_interval_s": float(diffs.max()) / 1e9 if len(diffs) else 0.0}
+            "max_interval_s": float(diffs.max()) / 1e9 if len(diffs) else 0.0,
+            "stamps": "header" if d.stamped else "log (stamps unset)" if d.unset else "log"}
 
 
 def _joint_names(msg: Any) -> tuple[tuple[str, ...], None]:
@@ -409,14 +408,14 @@ def _named_by_publishers(f: Feature, publishers: dict[str, Publishers]) -> Featu
                    dataclasses.replace(f.value, names=names))
 
 
-def _merged_column(pubs: Publishers, f: Feature, plan: StepPlan, published: dict[str, Any], where: str
+def _merged_column(pubs: Publishers, f: Feature, plan: StepPlan, streams: dict[str, TopicData], where: str
                    ) -> np.ndarray:
     """A publishers' topic feature per step: each publisher's message at the step, side by side."""
     part = f.value.part or "position"
     pieces = []
     for k in pubs.parts[part]:
         stream = pubs.streams[k]
-        rows = [published[stream][j][part] for j in plan.sampled[stream].index]
+        rows = [streams[stream].values[j][part] for j in plan.sampled[stream].index]
         for row in rows:
             if len(row) != len(pubs.groups[k]):
                 raise DataCorrupt(f"{where}: a {stream} message has {len(row)} {part} values for its "
