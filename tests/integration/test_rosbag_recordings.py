@@ -54,6 +54,12 @@ def image_of(msg: Any) -> np.ndarray:
     """What a camera message shows, in RGB, decoded independently."""
     if hasattr(msg, "format"):
         return simplejpeg.decode_jpeg(bytes(msg.data))
+    if msg.encoding == "yuv422_yuy2":  # Y0 U Y1 V, BT.601 limited range (what V4L2 webcams give)
+        p = np.frombuffer(bytes(msg.data), np.uint8).reshape(msg.height, msg.width // 2, 4).astype(np.float64)
+        y = np.stack([p[..., 0], p[..., 2]], axis=-1).reshape(msg.height, msg.width) - 16
+        u, v = (np.repeat(p[..., k], 2, axis=1) - 128 for k in (1, 3))
+        rgb = np.stack([1.164 * y + 1.596 * v, 1.164 * y - 0.813 * v - 0.391 * u, 1.164 * y + 2.018 * u], axis=-1)
+        return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
     img = np.frombuffer(bytes(msg.data), np.uint8).reshape(msg.height, msg.width, 3)
     return img[..., ::-1] if msg.encoding == "bgr8" else img
 
@@ -99,6 +105,7 @@ def truth(bag: Path, fps: float | None = FPS, stamps: str = "header", reference:
             "action": np.array([m.data for m in asof("/arm/command")]),
             "frames": {t: np.stack([image_of(m) for m in asof(t)]) for t in CAMS},
             "depth": {t: np.stack([depth_of(m) for m in asof(t)]) for t in depth_topics},
+            "usb": asof("/usb_cam/image_raw") if "/usb_cam/image_raw" in topics and depth_topics else [],
             "task": task, "length": len(ticks)}
 
 
@@ -193,9 +200,10 @@ def test_bags_to_lerobot_and_ortf(fmt: str, target: str, made: Callable[[str], P
 def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: str, tmp_path: Path) -> None:
     """A recording with what `record -a` also catches: a compressedDepth topic (16UC1 PNG after its config header)
     and a 16-bit `png compressed` topic are read as depth, exactly; a 32FC1 depth topic (metres) is read as
-    millimetres, said by RB107, with NaN / inf / beyond 65.535 m / negative pixels 0; a yuv422_yuy2 image topic and
-    a point cloud of varying size are left out with one finding each (they used to refuse the whole dataset, or
-    quarantine every episode), and everything else converts as before."""
+    millimetres, said by RB107, with NaN / inf / beyond 65.535 m / negative pixels 0; usb_cam's yuv422_yuy2 topic
+    is a camera (RGB within 30 dB of the frame it was made from); a point cloud of varying size is left out with a
+    finding (they used to refuse the whole dataset, or quarantine every episode), and everything else converts as
+    before."""
     sim = "/sim/depth/image_raw"
     depth_topics = ("/camera/aligned_depth_to_color/image_raw/compressed",
                     "/camera/depth/image_rect_raw/compressedDepth", sim)
@@ -203,7 +211,9 @@ def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: st
     want = [truth(b, depth_topics=depth_topics) for b in bags(src)]
     inv = open_reader(str(src), options={"fps": FPS}).discover()
     left = sorted(f.message.split(" ")[0] for f in inv.findings if f.code == "RB105")
-    assert left == ["/camera/depth/color/points", "/usb_cam/image_raw"], inv.findings
+    assert left == ["/camera/depth/color/points"], inv.findings
+    usb = inv.features["/usb_cam/image_raw"]
+    assert (usb.role, usb.dtype, tuple(usb.shape)) == ("camera", "uint8", (rosbag_gen.H, rosbag_gen.W, 3))
     assert sorted(inv.declared["left_out"]) == left
     (metric,) = [f.message for f in inv.findings if f.code == "RB107"]
     assert metric.startswith(f"{sim} (sensor_msgs/msg/Image): 32FC1 depth in metres, written as 16-bit millimetres")
@@ -219,6 +229,9 @@ def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: st
         np.testing.assert_array_equal(steps["action"], w["action"].astype(np.float32))
         for topic, spec in specs.items():  # 16-bit PNG in RLDS: lossless
             np.testing.assert_array_equal(steps[spec.name], w["depth"][topic])
+        usb_frames = steps[usb.name]
+        usb_want = np.stack([image_of(m) for m in w["usb"]])
+        assert min(psnr(a, b) for a, b in zip(usb_frames, usb_want)) >= 30
         sim_mm = steps[specs[sim].name]
         assert all(int(sim_mm[k, y, x, 0]) == 0 for k in range(len(sim_mm)) for y, x in rosbag_gen.NO_READING)
         assert sim_mm.min() == 0 and sim_mm.max() >= 500  # millimetres, not metres truncated to 0

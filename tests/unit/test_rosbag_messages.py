@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import av
 import numpy as np
 import pytest
 import simplejpeg
@@ -74,9 +75,26 @@ def test_metric_depth_is_read_in_millimetres() -> None:
     assert describe("sensor_msgs/msg/Image", _image(RGB, "rgb8"), "bag x")[0].note == ""
 
 
+def test_packed_yuv_is_read_as_rgb() -> None:
+    """usb_cam's `yuv422_yuy2` (Y0 U Y1 V) and `yuv422` (U Y0 V Y1, UYVY) give the same RGB, close to the frame they
+    were made from (chroma shared by a pixel pair), with a padded step; an odd width is the episode's error."""
+    y, x = np.mgrid[0:4, 0:6]
+    rgb = np.stack([100 + 10 * x, 80 + 12 * y, 120 + 3 * (x + y)], axis=-1).astype(np.uint8)
+    yuyv = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuyv422").to_ndarray()
+    uyvy = np.ascontiguousarray(yuyv[..., ::-1])
+    got = {enc: image_array(_image(arr, enc, step=6 * 2 + 4), "bag x") for enc, arr in
+           (("yuv422_yuy2", yuyv), ("yuv422", uyvy))}
+    np.testing.assert_array_equal(got["yuv422_yuy2"], got["yuv422"])
+    assert got["yuv422"].shape == (4, 6, 3) and np.abs(got["yuv422"].astype(int) - rgb).max() <= 8
+    (value,) = describe("sensor_msgs/msg/Image", _image(yuyv, "yuv422_yuy2"), "bag x")
+    assert (value.kind, value.shape, value.dtype) == ("image", (4, 6, 3), "uint8")
+    with pytest.raises(DataCorrupt, match="even width"):
+        image_array(_image(yuyv[:, :5], "yuv422_yuy2"), "bag x")
+
+
 def test_bad_images_are_the_episodes_error() -> None:
-    with pytest.raises(DataCorrupt, match="encoding 'yuv422_yuy2'"):
-        image_array(_image(RGB, "yuv422_yuy2"), "bag x")
+    with pytest.raises(DataCorrupt, match="encoding 'nv21'"):
+        image_array(_image(RGB, "nv21"), "bag x")
     short = build(TS2, "sensor_msgs/msg/Image", {"height": 400, "width": 500, "encoding": "rgb8", "step": 1500,
                                                  "data": np.zeros(10, np.uint8)})
     with pytest.raises(DataCorrupt, match="does not fit"):
@@ -96,7 +114,7 @@ def test_compressed_images_pass_as_their_bytes() -> None:
 def test_compressed_depth_is_read_other_depth_formats_are_not() -> None:
     """compressed_depth_image_transport's 16UC1 PNG (after its 12-byte config header) and image_transport's 16-bit
     PNG -> uint16 depth, exactly;
-    32FC1 / RVL compressedDepth and undecoded Image encodings (yuv422) raise NotRead (the topic is left out), a damaged
+    32FC1 / RVL compressedDepth and undecoded Image encodings (8UC3) raise NotRead (the topic is left out), a damaged
     compressedDepth message is the episode's DataCorrupt."""
     depth = (np.arange(20, dtype=np.uint16).reshape(4, 5) * 3001)
     msg = build(TS2, "sensor_msgs/msg/CompressedImage", {
@@ -110,8 +128,8 @@ def test_compressed_depth_is_read_other_depth_formats_are_not() -> None:
         other = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": fmt, "data": msg.data})
         with pytest.raises(NotRead, match="compressedDepth"):
             describe("sensor_msgs/msg/CompressedImage", other, "bag x")
-    with pytest.raises(NotRead, match="yuv422_yuy2"):
-        describe("sensor_msgs/msg/Image", _image(RGB, "yuv422_yuy2"), "bag x")
+    with pytest.raises(NotRead, match="8UC3"):
+        describe("sensor_msgs/msg/Image", _image(RGB, "8UC3"), "bag x")
     png16 = io.BytesIO()  # image_transport's "png compressed" of a 16UC1 image: depth too, not an 8-bit camera
     Image.fromarray(depth).save(png16, format="PNG")
     plain = build(TS2, "sensor_msgs/msg/CompressedImage", {"format": "16UC1; png compressed ",

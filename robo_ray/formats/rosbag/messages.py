@@ -1,10 +1,11 @@
 """ROS message types -> what they hold for a dataset: the value a topic gives per step (numbers, an image, text),
 its per-step shape, and the role a type suggests. Decoding follows the encodings ROS uses: sensor_msgs/Image
-`rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, `16UC1` / `mono16` (depth, uint16), `32FC1` (depth in metres,
-Gazebo / Isaac Sim: written as 16UC1 millimetres, the other ROS depth encoding); CompressedImage JPEG or PNG bytes
+`rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, packed 4:2:2 `yuv422_yuy2` / `yuv422` (usb_cam; RGB by FFmpeg),
+`16UC1` / `mono16` (depth, uint16), `32FC1` (depth in metres, Gazebo / Isaac Sim: written as 16UC1 millimetres,
+the other ROS depth encoding); CompressedImage JPEG or PNG bytes
 (passed on undecoded); 16-bit PNGs (compressed_depth_image_transport's `16UC1; compressedDepth png`: a 12-byte
 config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A topic whose
-first message robo-ray does not read (another encoding such as yuv422, a 32FC1 / RVL compressedDepth, a point
+first message robo-ray does not read (another encoding such as nv21 or 8UC3, a 32FC1 / RVL compressedDepth, a point
 cloud, more than MAX_TOPIC_VALUES numbers) raises `NotRead`: the topic is left out, with its reason, and the other
 topics convert."""
 from __future__ import annotations
@@ -39,6 +40,10 @@ ENCODINGS: dict[str, tuple[int, str, bool, bool]] = {
     "mono16": (1, "uint16", False, False), "16UC1": (1, "uint16", False, False),
     "32FC1": (1, "float32", False, False),
 }
+# packed 4:2:2 YUV (usb_cam, V4L2 webcams) -> RGB through FFmpeg's swscale (BT.601); ROS encoding -> its bytes are
+# UYVY (each byte pair swapped from YUYV, FFmpeg's yuyv422)
+PACKED_YUV = {"yuv422_yuy2": False, "yuv422": True}
+READ_ENCODINGS = (*ENCODINGS, *PACKED_YUV)
 METRIC_DEPTH = "32FC1"  # depth in metres (float), written as uint16 millimetres
 MAX_MILLIMETRES = 65535
 METRIC_DEPTH_NOTE = ("32FC1 depth in metres, written as 16-bit millimetres like the 16UC1 depth topics (rounded to "
@@ -103,9 +108,11 @@ def leaf_names(msg: Any) -> tuple[str, ...]:
 def image_array(msg: Any, where: str) -> np.ndarray:
     """A sensor_msgs/Image as an HxWxC array in RGB order (uint8), or HxWx1 uint16 (16UC1 / mono16, and 32FC1 in
     millimetres); the sizes are checked against the data before it is viewed."""
+    if msg.encoding in PACKED_YUV:
+        return packed_yuv_rgb(msg, where)
     enc = ENCODINGS.get(msg.encoding)
     if enc is None:
-        raise DataCorrupt(f"{where}: image encoding {msg.encoding!r} is not read (one of {', '.join(ENCODINGS)})")
+        raise DataCorrupt(f"{where}: image encoding {msg.encoding!r} is not read (one of {', '.join(READ_ENCODINGS)})")
     ch, dtype, reverse, alpha = enc
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     item = np.dtype(dtype).itemsize
@@ -122,6 +129,23 @@ def image_array(msg: Any, where: str) -> np.ndarray:
     if msg.encoding == METRIC_DEPTH:
         return metres_to_millimetres(arr)
     return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def packed_yuv_rgb(msg: Any, where: str) -> np.ndarray:
+    """A packed 4:2:2 image (`yuv422_yuy2`: Y0 U Y1 V; `yuv422`: U Y0 V Y1) as HxWx3 RGB, converted by FFmpeg (PyAV);
+    the sizes are checked against the data first (a pair of pixels shares its chroma: the width is even)."""
+    import av
+
+    h, w, step = int(msg.height), int(msg.width), int(msg.step)
+    data = msg.data
+    if not (0 < h <= MAX_DIM and 0 < w <= MAX_DIM) or w % 2 or step < 2 * w or len(data) < step * h:
+        raise DataCorrupt(f"{where}: image {w}x{h} {msg.encoding} with step {step} does not fit its "
+                          f"{len(data)} bytes (4:2:2 needs an even width)")
+    pairs = np.frombuffer(data, np.uint8, count=step * h).reshape(h, step)[:, :2 * w].reshape(h, w, 2)
+    if PACKED_YUV[msg.encoding]:
+        pairs = pairs[..., ::-1]
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pairs), format="yuyv422")
+    return frame.to_ndarray(format="rgb24")
 
 
 def metres_to_millimetres(metres: np.ndarray) -> np.ndarray:
@@ -200,8 +224,8 @@ def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
     """The features one topic gives, from its first message ([] when none: text outside a task topic is handled
     by the reader, messages without numbers give nothing); NotRead for images robo-ray cannot decode."""
     if msgtype == IMAGE:
-        if msg.encoding not in ENCODINGS:
-            raise NotRead(f"image encoding {msg.encoding!r:.40} is not read (one of {', '.join(ENCODINGS)})")
+        if msg.encoding not in READ_ENCODINGS:
+            raise NotRead(f"image encoding {msg.encoding!r:.40} is not read (one of {', '.join(READ_ENCODINGS)})")
         arr = image_array(msg, where)
         note = METRIC_DEPTH_NOTE if msg.encoding == METRIC_DEPTH else ""
         return [TopicValue("image", tuple(arr.shape), str(arr.dtype), note=note)]
