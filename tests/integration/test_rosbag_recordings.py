@@ -21,6 +21,7 @@ from PIL import Image
 from rosbags.highlevel import AnyReader
 
 from robo_ray.config import load_config
+from robo_ray.errors import ConfigError
 from robo_ray.readers import detect_format, open_reader
 from robo_ray.stages.pipeline import run_pipeline
 from robo_ray.stages.source_frames import source_frames
@@ -237,6 +238,49 @@ def test_recorder_topics_compressed_depth_read_unread_encodings_left_out(fmt: st
         assert sim_mm.min() == 0 and sim_mm.max() >= 500  # millimetres, not metres truncated to 0
         for topic, name in CAMS.items():
             assert min(psnr(a, b) for a, b in zip(steps[name], w["frames"][topic])) >= 30, topic
+
+
+def _opencv_topic(messages: list[Any]) -> list[Any]:
+    """/cv/image: an OpenCV node's frames published through cv_bridge without an encoding ("8UC3", BGR bytes) at
+    /cam_high's times."""
+    cams = [(t, v["header"]) for t, topic, _, v in messages if topic == "/cam_high/image_raw"]
+    extra = [(t + 1_000, "/cv/image", "sensor_msgs/msg/Image", {
+        "header": header, "height": rosbag_gen.H, "width": rosbag_gen.W, "encoding": "8UC3", "is_bigendian": 0,
+        "step": rosbag_gen.W * 3, "data": np.ascontiguousarray(rosbag_gen.frame(0, 4, k)[..., ::-1]).ravel()})
+        for k, (t, header) in enumerate(cams)]
+    return sorted(messages + extra, key=lambda m: m[0])
+
+
+def test_an_image_encoding_set_by_the_user(tmp_path: Path) -> None:
+    """An 8UC3 topic (cv_bridge's passthrough of an OpenCV image) is left out, the finding saying how to read it as
+    BGR; with source.options.encodings it is a camera in RGB (RB109 says the encoding was set). A topic that is no
+    Image, or an encoding robo-ray does not read, is refused up front."""
+    src = rosbag_gen.write_dataset(tmp_path / "bags", "mcap", episodes=2, seconds=1.0)
+    for ep in (0, 1):
+        rosbag_gen.rewrite(src, ep, messages=_opencv_topic)
+    (left,) = [f.message for f in open_reader(str(src), options={"fps": FPS}).discover().findings
+               if f.code == "RB105"]
+    assert left.startswith("/cv/image (sensor_msgs/msg/Image: image encoding '8UC3' is not read") and \
+        """--set 'source.options.encodings={"/cv/image": "bgr8"}' reads it so""" in left, left
+    options = {"fps": FPS, "encodings": {"/cv/image": "bgr8"}}
+    inv = open_reader(str(src), options=options).discover()
+    assert not [f for f in inv.findings if f.code == "RB105"]
+    assert [f.message for f in inv.findings if f.code == "RB109"] == [
+        "/cv/image (sensor_msgs/msg/Image): its images are read as bgr8 (source.options.encodings), whatever "
+        "encoding their messages name"]
+    spec = inv.features["/cv/image"]
+    assert (spec.role, spec.shape) == ("camera", (rosbag_gen.H, rosbag_gen.W, 3))
+    episodes = load_rlds(Path(convert(src, tmp_path / "out", "rlds", **options).dataset_dir))
+    for ep in episodes:
+        frames = ep["steps"][spec.name]
+        assert len(frames) > 5
+        # every frame is frame(0, 4, k) for some k, in RGB (not the BGR bytes): JPEG q95 within 30 dB
+        best = [max(psnr(f, rosbag_gen.frame(0, 4, k)) for k in range(40)) for f in frames]
+        assert min(best) >= 30, best
+    for bad, why in (({"/joint_states": "bgr8"}, "is no sensor_msgs/Image topic"),
+                     ({"/cv/image": "8UC3"}, "not an encoding robo-ray reads"), (["bgr8"], "not a mapping")):
+        with pytest.raises(ConfigError, match=why):
+            open_reader(str(src), options={"fps": FPS, "encodings": bad})
 
 
 def test_a_topic_the_first_bag_does_not_describe_is_said_left_out(tmp_path: Path) -> None:

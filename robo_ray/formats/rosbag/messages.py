@@ -67,6 +67,7 @@ class TopicValue:
     part: str = ""
     names: tuple[str, ...] | None = None
     note: str = ""
+    encoding: str = ""  # an Image topic's encoding as the user set it (source.options.encodings); "" = the messages'
 
 
 def numeric_leaves(msg: Any, prefix: str = "") -> list[tuple[str, np.ndarray]]:
@@ -105,20 +106,22 @@ def leaf_names(msg: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def image_array(msg: Any, where: str) -> np.ndarray:
+def image_array(msg: Any, where: str, encoding: str = "") -> np.ndarray:
     """A sensor_msgs/Image as an HxWxC array in RGB order (uint8), or HxWx1 uint16 (16UC1 / mono16, and 32FC1 in
-    millimetres); the sizes are checked against the data before it is viewed."""
-    if msg.encoding in PACKED_YUV:
-        return packed_yuv_rgb(msg, where)
-    enc = ENCODINGS.get(msg.encoding)
+    millimetres); the sizes are checked against the data before it is viewed. `encoding`: read as this one, not the
+    message's own (source.options.encodings)."""
+    name = encoding or msg.encoding
+    if name in PACKED_YUV:
+        return packed_yuv_rgb(msg, where, name)
+    enc = ENCODINGS.get(name)
     if enc is None:
-        raise DataCorrupt(f"{where}: image encoding {msg.encoding!r} is not read (one of {', '.join(READ_ENCODINGS)})")
+        raise DataCorrupt(f"{where}: image encoding {name!r} is not read (one of {', '.join(READ_ENCODINGS)})")
     ch, dtype, reverse, alpha = enc
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     item = np.dtype(dtype).itemsize
     data = msg.data
     if not (0 < h <= MAX_DIM and 0 < w <= MAX_DIM) or step < w * ch * item or len(data) < step * h:
-        raise DataCorrupt(f"{where}: image {w}x{h} {msg.encoding} with step {step} does not fit its "
+        raise DataCorrupt(f"{where}: image {w}x{h} {name} with step {step} does not fit its "
                           f"{len(data)} bytes")
     rows = np.frombuffer(data, np.uint8, count=step * h).reshape(h, step)[:, :w * ch * item]
     arr = rows.view(np.dtype(dtype).newbyteorder(">" if msg.is_bigendian else "<")).reshape(h, w, ch)
@@ -126,12 +129,12 @@ def image_array(msg: Any, where: str) -> np.ndarray:
         arr = arr[..., :3]
     if reverse:
         arr = arr[..., ::-1]
-    if msg.encoding == METRIC_DEPTH:
+    if name == METRIC_DEPTH:
         return metres_to_millimetres(arr)
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
-def packed_yuv_rgb(msg: Any, where: str) -> np.ndarray:
+def packed_yuv_rgb(msg: Any, where: str, encoding: str) -> np.ndarray:
     """A packed 4:2:2 image (`yuv422_yuy2`: Y0 U Y1 V; `yuv422`: U Y0 V Y1) as HxWx3 RGB, converted by FFmpeg (PyAV);
     the sizes are checked against the data first (a pair of pixels shares its chroma: the width is even)."""
     import av
@@ -139,10 +142,10 @@ def packed_yuv_rgb(msg: Any, where: str) -> np.ndarray:
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     data = msg.data
     if not (0 < h <= MAX_DIM and 0 < w <= MAX_DIM) or w % 2 or step < 2 * w or len(data) < step * h:
-        raise DataCorrupt(f"{where}: image {w}x{h} {msg.encoding} with step {step} does not fit its "
+        raise DataCorrupt(f"{where}: image {w}x{h} {encoding} with step {step} does not fit its "
                           f"{len(data)} bytes (4:2:2 needs an even width)")
     pairs = np.frombuffer(data, np.uint8, count=step * h).reshape(h, step)[:, :2 * w].reshape(h, w, 2)
-    if PACKED_YUV[msg.encoding]:
+    if PACKED_YUV[encoding]:
         pairs = pairs[..., ::-1]
     frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pairs), format="yuyv422")
     return frame.to_ndarray(format="rgb24")
@@ -220,15 +223,16 @@ def _depth_format(msg: Any, where: str) -> TopicValue:
     return TopicValue("image", tuple(arr.shape), "uint16")
 
 
-def describe(msgtype: str, msg: Any, where: str) -> list[TopicValue]:
+def describe(msgtype: str, msg: Any, where: str, encoding: str = "") -> list[TopicValue]:
     """The features one topic gives, from its first message ([] when none: text outside a task topic is handled
     by the reader, messages without numbers give nothing); NotRead for images robo-ray cannot decode."""
     if msgtype == IMAGE:
-        if msg.encoding not in READ_ENCODINGS:
-            raise NotRead(f"image encoding {msg.encoding!r:.40} is not read (one of {', '.join(READ_ENCODINGS)})")
-        arr = image_array(msg, where)
-        note = METRIC_DEPTH_NOTE if msg.encoding == METRIC_DEPTH else ""
-        return [TopicValue("image", tuple(arr.shape), str(arr.dtype), note=note)]
+        name = encoding or msg.encoding
+        if name not in READ_ENCODINGS:
+            raise NotRead(f"image encoding {name!r:.40} is not read (one of {', '.join(READ_ENCODINGS)})")
+        arr = image_array(msg, where, encoding)
+        note = METRIC_DEPTH_NOTE if name == METRIC_DEPTH else ""
+        return [TopicValue("image", tuple(arr.shape), str(arr.dtype), note=note, encoding=encoding)]
     if msgtype == COMPRESSED:
         if is_compressed_depth(msg):
             return [_depth_format(msg, where)]
@@ -274,10 +278,8 @@ def widths(msgtype: str) -> Callable[[Any], Any] | None:
 def extractor(msgtype: str, value: TopicValue, where: str) -> Callable[[Any], Any]:
     """A function of a deserialised message -> the feature's value for one step, checked against its shape."""
     if value.kind == "image":
-        decode = depth_png_array if msgtype == COMPRESSED else image_array
-
         def image(msg: Any) -> np.ndarray:
-            arr = decode(msg, where)
+            arr = depth_png_array(msg, where) if msgtype == COMPRESSED else image_array(msg, where, value.encoding)
             if arr.shape != value.shape or str(arr.dtype) != value.dtype:
                 raise DataCorrupt(f"{where}: an image is {arr.shape} {arr.dtype}, the topic's first was "
                                   f"{value.shape} {value.dtype}")

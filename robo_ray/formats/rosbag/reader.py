@@ -24,7 +24,7 @@ from robo_ray.errors import ConfigError, DataCorrupt, DataMissing, EpisodeError,
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
 from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
-from robo_ray.formats.rosbag.messages import JOINT_PARTS, JOINT_STATE, extractor, widths
+from robo_ray.formats.rosbag.messages import IMAGE, JOINT_PARTS, JOINT_STATE, READ_ENCODINGS, extractor, widths
 from robo_ray.formats.rosbag.publishers import Publishers, find_publishers, joint_values
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
 from robo_ray.formats.rosbag.topics import SKIPPED_TOPICS, Feature, declare
@@ -75,8 +75,10 @@ class RosbagReader(BaseReader):
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, fps: float | None = None,
                  clock: str | None = None, max_skew: float | None = None, on_gap: str = "quarantine",
-                 stamps: str = "header", topics: list[str] | None = None) -> None:
+                 stamps: str = "header", topics: list[str] | None = None,
+                 encodings: dict[str, str] | None = None) -> None:
         super().__init__(url, storage_options)
+        self.encodings = _checked_encodings(encodings)
         if stamps not in ("header", "log"):
             raise ConfigError(f"source.options.stamps: {stamps!r} is not header or log")
         if on_gap not in ("quarantine", "hold"):
@@ -142,7 +144,12 @@ class RosbagReader(BaseReader):
             publishers, unmerged = _publishers(firsts, {t: got[t].values for t in counters}, rel)
             for topic, pubs in publishers.items():  # declared from their merged value (its widths per part)
                 firsts[topic] = (JOINT_STATE, _merged_stand_in(pubs))
-            feats, language, left_out = declare(firsts, where)
+            unknown = sorted(t for t in self.encodings if firsts.get(t, ("",))[0] != IMAGE)
+            if unknown:
+                images = sorted(t for t, (msgtype, _) in firsts.items() if msgtype == IMAGE)
+                raise ConfigError(f"source.options.encodings: {', '.join(unknown)} is no sensor_msgs/Image topic of "
+                                  f"{rel} (its Image topics: {', '.join(images) or 'none'})")
+            feats, language, left_out = declare(firsts, where, self.encodings)
             feats = {k: _named_by_publishers(f, publishers) for k, f in feats.items() if f.topic not in unmerged}
             feats, varying = _steady(feats, {t: got[t].values for t in counters if t not in publishers}, rel)
             left_out.update(unmerged)
@@ -248,6 +255,9 @@ class RosbagReader(BaseReader):
                      for f in self.feats.values() if f.value.note]
         findings += [Finding("warning", "RB108", f"{topic} ({JOINT_STATE}): {pubs.describe()}")
                      for topic, pubs in self.publishers.items()]
+        findings += [Finding("warning", "RB109", f"{topic} ({IMAGE}): its images are read as {enc} "
+                             "(source.options.encodings), whatever encoding their messages name")
+                     for topic, enc in sorted(self.encodings.items())]
         topics: dict[str, dict[str, Any]] = {}
         for i, s in enumerate(scans):
             where = self._where(i, s.rel)
@@ -358,6 +368,20 @@ class RosbagReader(BaseReader):
             return [""] * n
         idx = np.clip(np.searchsorted(data.arrays()[1], plan.ticks, side="right") - 1, 0, None)
         return [data.values[j] for j in idx]
+
+
+def _checked_encodings(encodings: Any) -> dict[str, str]:
+    """source.options.encodings: {Image topic: the encoding to read its images as}, each one robo-ray reads."""
+    if encodings is None:
+        return {}
+    if not isinstance(encodings, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in encodings.items()):
+        raise ConfigError(f"source.options.encodings: {encodings!r:.200} is not a mapping of topic -> encoding")
+    bad = {k: v for k, v in encodings.items() if v not in READ_ENCODINGS}
+    if bad:
+        raise ConfigError(f"source.options.encodings: {bad!r:.200}: not an encoding robo-ray reads "
+                          f"({', '.join(READ_ENCODINGS)})")
+    return dict(encodings)
 
 
 def _timing(d: TopicData) -> dict[str, Any]:

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from robo_ray.episode import FeatureSpec
-from robo_ray.formats.rosbag.messages import JOINT_STATE, STRING, NotRead, TopicValue, describe
+from robo_ray.formats.rosbag.messages import IMAGE, JOINT_STATE, STRING, NotRead, TopicValue, describe
 from robo_ray.readers.base import identifier, unique_names
 
 ACTION_TOPIC = re.compile(r"cmd|command|action", re.I)
 LANGUAGE_TOPIC = re.compile(r"task|instruction|language|prompt", re.I)
 SKIPPED_TOPICS = {"/rosout", "/rosout_agg", "/parameter_events", "/tf", "/tf_static", "/clock", "/diagnostics",
                   "/events/write_split", "/robot_description"}
+OPENCV_PASSTHROUGH = {"8UC3": "bgr8", "8UC4": "bgra8"}  # cv_bridge's encoding of an OpenCV image given none
 CAMERA_WORDS = {"image_raw", "image_rect", "image_rect_raw", "image_color", "image_rect_color", "compressed", "image",
                 "raw"}
 
@@ -37,10 +38,11 @@ def camera_name(topic: str) -> str:
     return identifier(re.sub(r"^cam_", "", name))
 
 
-def declare(firsts: dict[str, tuple[str, Any]], where: str
+def declare(firsts: dict[str, tuple[str, Any]], where: str, encodings: dict[str, str] | None = None
             ) -> tuple[dict[str, Feature], str | None, dict[str, str]]:
     """The features of the topics (topic -> (msgtype, first message)), in topic order, the language topic, and the
-    topics left out because their messages are not read (topic -> why)."""
+    topics left out because their messages are not read (topic -> why). `encodings`: Image topics read as the
+    encoding given (source.options.encodings)."""
     out: dict[str, Feature] = {}
     left_out: dict[str, str] = {}
     language: str | None = None
@@ -51,9 +53,13 @@ def declare(firsts: dict[str, tuple[str, Any]], where: str
         msgtype, msg = firsts[topic]
         ident = identifier(topic.strip("/").replace("/", "_"))
         try:
-            values = describe(msgtype, msg, f"{where} {topic}")
+            values = describe(msgtype, msg, f"{where} {topic}", (encodings or {}).get(topic, ""))
         except NotRead as exc:
-            left_out[topic] = f"{msgtype}: {exc}"
+            hint = ""
+            if msgtype == IMAGE and str(msg.encoding) in OPENCV_PASSTHROUGH:  # cv_bridge without an encoding
+                hint = (f"; an OpenCV image published without an encoding is BGR: --set 'source.options.encodings="
+                        f"{{\"{topic}\": \"{OPENCV_PASSTHROUGH[str(msg.encoding)]}\"}}' reads it so")
+            left_out[topic] = f"{msgtype}: {exc}{hint}"
             continue
         for value in values:
             key, part = topic, value.part
