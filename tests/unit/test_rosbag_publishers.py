@@ -1,4 +1,4 @@
-"""Several publishers on one JointState topic, told apart by their joint names (robo_ray/formats/rosbag/publishers.py)."""
+"""Several publishers on one JointState topic, told apart by their joint names (formats/rosbag/publishers.py)."""
 from __future__ import annotations
 
 import numpy as np

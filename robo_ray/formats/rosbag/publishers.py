@@ -6,9 +6,10 @@ JointState topic carry more than one set and the sets share no joint, the topic 
 a stream of its own for the clock (its own times, rate, gaps and skew: `/joint_states[joint_0..joint_6]`), sampled
 as-of each step on its own, and a step's value is the publishers' values side by side in their first messages'
 order (joint names in the order each publisher's first message lists them; a later message listing them in another
-order is put back in that order; a publisher that never sets its header stamps takes its receive times). A part (position / velocity / effort) is taken from the publishers whose first
-message has it. Sets that overlap cannot be merged (which value would a shared joint take?), nor a publisher whose
-messages vary in size: the topic is left out with its reason. A later bag with a set the first bag did not have quarantines that episode with its line.
+order is put back in that order; a publisher that never sets its header stamps takes its receive times). A part
+(position / velocity / effort) is taken from the publishers whose first message has it. Sets that overlap cannot be
+merged (which value would a shared joint take?), nor a publisher whose messages vary in size: the topic is left out
+with its reason. A later bag with a set the first bag did not have quarantines that episode with its line.
 """
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ class Publishers:
 
 def find_publishers(topic: str, layouts: Sequence[Layout]) -> Publishers | str | None:
     """The publishers of a JointState topic from its messages' layouts in the first bag: None for one publisher
-    (one set of joint names), a reason (str) when the sets overlap, else the Publishers."""
+    (one set of joint names), a reason (str) when they cannot be merged (the sets overlap, a publisher's messages
+    vary in size), else the Publishers."""
     first: dict[frozenset[str], Layout] = {}
     widths: dict[frozenset[str], set[tuple[int, ...]]] = {}
     for names, lens in layouts:
