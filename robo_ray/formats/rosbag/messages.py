@@ -2,12 +2,12 @@
 its per-step shape, and the role a type suggests. Decoding follows the encodings ROS uses: sensor_msgs/Image
 `rgb8`, `bgr8`, `rgba8`, `bgra8`, `mono8` / `8UC1`, packed 4:2:2 `yuv422_yuy2` / `yuv422` (usb_cam; RGB by FFmpeg),
 `16UC1` / `mono16` (depth, uint16), `32FC1` (depth in metres, Gazebo / Isaac Sim: written as 16UC1 millimetres,
-the other ROS depth encoding); CompressedImage JPEG or PNG bytes
-(passed on undecoded); 16-bit PNGs (compressed_depth_image_transport's `16UC1; compressedDepth png`: a 12-byte
-config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A topic whose
-first message robo-ray does not read (another encoding such as nv21 or 8UC3, a 32FC1 / RVL compressedDepth, a point
-cloud, more than MAX_TOPIC_VALUES numbers) raises `NotRead`: the topic is left out, with its reason, and the other
-topics convert."""
+the other ROS depth encoding), or the encoding the user set for a topic (source.options.encodings); CompressedImage
+JPEG or PNG bytes (passed on undecoded); 16-bit PNGs (compressed_depth_image_transport's `16UC1; compressedDepth
+png`: a 12-byte config header, then the PNG; image_transport's `16UC1; png compressed`) decoded to uint16 depth. A
+topic whose first message robo-ray does not read (another encoding such as nv21 or 8UC3, a 32FC1 / RVL
+compressedDepth, a point cloud, more than MAX_TOPIC_VALUES numbers) raises `NotRead`: the topic is left out, with
+its reason, and the other topics convert."""
 from __future__ import annotations
 
 import dataclasses
