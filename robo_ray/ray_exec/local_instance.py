@@ -2,8 +2,9 @@
 
 Ray gives a new raylet a fixed 30 s to register with the GCS (ray/_private/node.py; not configurable) and then
 raises "The current node timed out during startup". On a loaded laptop or CI machine that deadline is missed by a
-node that is only late. Such a start, and only such a start, is ended (the processes it spawned are killed: Ray
-leaves them running when its Node fails in its constructor) and made again, at most START_ATTEMPTS times in all.
+node that is only late. Such a start, and only such a start, is ended (the Ray processes it spawned are killed:
+Ray leaves them running when its Node fails in its constructor) and made again, at most START_ATTEMPTS times in
+all.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def init_local(**init_kwargs: Any) -> None:
         except Exception as exc:  # Ray raises a bare Exception for the missed deadline
             if not missed_startup_deadline(exc) or attempt == START_ATTEMPTS:
                 raise
-            _kill(_descendants() - before)
+            _kill({p for p in _descendants() - before if _is_ray(p)})
             ray.shutdown()
             log.warning("Ray's local instance missed Ray's 30 s startup deadline (a loaded machine?): starting it "
                         "again (attempt %d of %d)", attempt + 1, START_ATTEMPTS)
@@ -41,6 +42,15 @@ def init_local(**init_kwargs: Any) -> None:
 
 def _descendants() -> set[psutil.Process]:
     return set(psutil.Process().children(recursive=True))
+
+
+def _is_ray(p: psutil.Process) -> bool:
+    """Whether a process is Ray's (gcs_server, raylet, its Python daemons and workers): the driver's other children
+    (started by Discover while Ray starts in the background) are left alone."""
+    try:
+        return "ray" in p.name() or any("ray" in part for part in p.cmdline())
+    except psutil.Error:
+        return False
 
 
 def _kill(procs: set[psutil.Process]) -> None:
