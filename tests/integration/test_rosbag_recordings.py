@@ -404,6 +404,10 @@ def test_joint_states_from_two_publishers_are_merged_by_joint_name(tmp_path: Pat
         ep_velocity = [k for k in ep["steps"] if k.endswith("velocity")]
         assert len(ep_velocity) == 1
         np.testing.assert_array_equal(ep["steps"][ep_velocity[0]], w["velocity"].astype(np.float32))
+    convert(src, tmp_path / "lerobot", "lerobot", fps=FPS)  # the joint names reach LeRobot's info.json
+    feats = json.loads((tmp_path / "lerobot" / "meta" / "info.json").read_text())["features"]
+    assert feats["observation.state"]["names"] == [*rosbag_gen.JOINTS, "gripper"]
+    assert [f["names"] for k, f in feats.items() if k.endswith("velocity")] == [rosbag_gen.JOINTS]
 
 
 def test_a_publisher_that_never_sets_its_stamps_is_read_by_receive_times(tmp_path: Path) -> None:

@@ -107,6 +107,6 @@ def source_names(inv: Inventory, source: str) -> list[str] | None:
     names = feat.names if feat is not None else None
     if isinstance(names, dict):  # legacy {"motors": [...]}
         names = next(iter(names.values()), None)
-    if isinstance(names, list) and names and all(isinstance(x, str) for x in names):
+    if isinstance(names, (list, tuple)) and names and all(isinstance(x, str) for x in names):
         return list(names)
     return None
