@@ -247,7 +247,7 @@ def describe(msgtype: str, msg: Any, where: str, encoding: str = "") -> list[Top
         raise NotRead("point clouds are not read")
     if msgtype == JOINT_STATE:
         out = []
-        names = tuple(str(n) for n in msg.name)
+        names = joint_names(msg)
         for part in JOINT_PARTS:
             n = len(getattr(msg, part))
             if n:
@@ -259,9 +259,14 @@ def describe(msgtype: str, msg: Any, where: str, encoding: str = "") -> list[Top
     return [TopicValue("tensor", (n,), "float64", names=leaf_names(msg))] if n else []
 
 
+def joint_names(msg: Any) -> tuple[str, ...]:
+    """A JointState message's joint names (which publisher sent it, when several share the topic)."""
+    return tuple(str(n) for n in msg.name)
+
+
 def joint_layout(msg: Any) -> Layout:
     """A JointState message's joint names and how many values each of position / velocity / effort holds."""
-    return tuple(str(n) for n in msg.name), tuple(len(getattr(msg, p)) for p in JOINT_PARTS)
+    return joint_names(msg), tuple(len(getattr(msg, p)) for p in JOINT_PARTS)
 
 
 def widths(msgtype: str) -> Callable[[Any], Any] | None:

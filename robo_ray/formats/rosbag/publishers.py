@@ -19,13 +19,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from robo_ray.errors import DataCorrupt
-from robo_ray.formats.rosbag.messages import JOINT_PARTS, Layout
+from robo_ray.formats.rosbag.messages import JOINT_PARTS, Layout, joint_names
 from robo_ray.formats.rosbag.steps import TopicData
 
 
 def joint_values(msg: Any) -> tuple[tuple[str, ...], dict[str, np.ndarray]]:
     """A JointState message's joint names and its parts (float64)."""
-    return (tuple(str(n) for n in msg.name),
+    return (joint_names(msg),
             {p: np.asarray(getattr(msg, p), dtype=np.float64).ravel() for p in JOINT_PARTS})
 
 

@@ -24,7 +24,7 @@ from robo_ray.errors import ConfigError, DataCorrupt, DataMissing, EpisodeError,
 from robo_ray.formats.rosbag import clock
 from robo_ray.formats.rosbag.bags import Bag, bag_kind, entries, list_bags
 from robo_ray.formats.rosbag.frames import EncodedFrames, TopicCursor, raw_frames
-from robo_ray.formats.rosbag.messages import IMAGE, JOINT_PARTS, JOINT_STATE, READ_ENCODINGS, extractor, widths
+from robo_ray.formats.rosbag.messages import IMAGE, JOINT_PARTS, JOINT_STATE, READ_ENCODINGS, extractor, joint_names, widths
 from robo_ray.formats.rosbag.publishers import Publishers, find_publishers, joint_values
 from robo_ray.formats.rosbag.steps import ClockRule, StepPlan, TopicData, plan_steps, read_topics
 from robo_ray.formats.rosbag.topics import SKIPPED_TOPICS, Feature, declare
@@ -396,7 +396,7 @@ def _timing(d: TopicData) -> dict[str, Any]:
 
 def _joint_names(msg: Any) -> tuple[tuple[str, ...], None]:
     """What Discover keeps of a publishers' topic message: its joint names (which publisher), no values."""
-    return tuple(str(n) for n in msg.name), None
+    return joint_names(msg), None
 
 
 def _publishers(firsts: dict[str, tuple[str, Any]], layouts: dict[str, list[Any]], rel: str
